@@ -1,0 +1,109 @@
+"""Draw autograd graphs with torchviz, with named nodes and stable node ids.
+
+:func:`autograd_graph` wraps :func:`torchviz.make_dot`. It names the tensors you pass (``x``,
+``out``, ``grad_x``) and renumbers torchviz's node ids, which are Python ``id()`` values and so
+change from run to run, into ``n0, n1, ...`` in drawing order: the same graph gives the same
+DOT source, and the same SVG, on every build. :func:`graph_legend` draws the colour key.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Mapping
+
+import graphviz
+import torch
+import torchviz
+
+__all__ = ["autograd_graph", "graph_legend"]
+
+# torchviz 0.0.3 compares torch versions with distutils' LooseVersion, which warns on every call.
+_TORCHVIZ_VERSION_WARNING = "distutils Version classes are deprecated"
+
+# A node line ("\t<id> [label=...]") or an edge line ("\t<id> -> <id> [...]") of torchviz's body.
+_ID_PREFIX = re.compile(r"^\t(\d+)(?: -> (\d+))?")
+
+# The fill colours torchviz uses, explained once per page by graph_legend().
+LEGEND_ENTRIES = (
+    ("lightblue", "leaf tensor that requires grad (x)"),
+    ("darkolivegreen1", "tensor being drawn (out, grad_x)"),
+    ("lightgrey", "backward node: a grad_fn"),
+    ("orange", "tensor saved for backward"),
+)
+
+
+def _check_named_tensors(argument: str, tensors: object) -> Mapping[str, torch.Tensor]:
+    if not isinstance(tensors, Mapping):
+        raise TypeError(
+            f"autograd_graph: '{argument}' must be a mapping of names to tensors, "
+            f"e.g. {{'x': x}}, got {type(tensors).__name__}"
+        )
+    for name, tensor in tensors.items():
+        if not isinstance(name, str) or not isinstance(tensor, torch.Tensor):
+            raise TypeError(
+                f"autograd_graph: '{argument}' must map str names to torch.Tensors, "
+                f"got {name!r}: {type(tensor).__name__}"
+            )
+    return tensors
+
+
+def _renumber_nodes(dot: graphviz.Digraph) -> None:
+    """Replace id()-based node names with n0, n1, ... in order of first appearance."""
+    names: dict[str, str] = {}
+
+    def rename(match: re.Match[str]) -> str:
+        for node_id in match.groups():
+            if node_id is not None and node_id not in names:
+                names[node_id] = f"n{len(names)}"
+        line = "\t" + names[match[1]]
+        return line if match[2] is None else f"{line} -> {names[match[2]]}"
+
+    dot.body = [_ID_PREFIX.sub(rename, line, count=1) for line in dot.body]
+
+
+def autograd_graph(
+    outputs: Mapping[str, torch.Tensor],
+    inputs: Mapping[str, torch.Tensor],
+    *,
+    title: str,
+) -> graphviz.Digraph:
+    """Return the autograd graph that ends in ``outputs``, as a :class:`graphviz.Digraph`.
+
+    Args:
+        outputs: the tensors to draw, by name, e.g. ``{"grad_x": grad_x}``. A tensor without
+            a ``grad_fn`` is drawn as a lone node: it has no graph.
+        inputs: leaf tensors to label, by name, e.g. ``{"x": x}``.
+        title: a one-line description of the graph, used as the image's alt text.
+
+    Node ids are renumbered so that the DOT source is the same from run to run.
+    """
+    _check_named_tensors("outputs", outputs)
+    _check_named_tensors("inputs", inputs)
+    if not outputs:
+        raise ValueError("autograd_graph: 'outputs' is empty; name at least one tensor to draw")
+    if not isinstance(title, str) or not title.strip():
+        raise ValueError("autograd_graph: 'title' must be a non-empty description of the graph")
+    tensors = tuple(outputs.values())
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_TORCHVIZ_VERSION_WARNING)
+        dot = torchviz.make_dot(
+            tensors if len(tensors) > 1 else tensors[0], params={**inputs, **outputs}
+        )
+    _renumber_nodes(dot)
+    dot.comment = " ".join(title.split())
+    # A white card reads the same in the site's light and dark themes.
+    dot.graph_attr.update(bgcolor="white", pad="0.15")
+    return dot
+
+
+def graph_legend() -> graphviz.Digraph:
+    """Return a small graph that explains the node colours of :func:`autograd_graph`."""
+    dot = graphviz.Digraph(
+        comment="Legend: colours of the autograd graphs",
+        graph_attr={"rankdir": "LR", "bgcolor": "white", "pad": "0.15", "nodesep": "0.1"},
+        node_attr={"style": "filled", "shape": "box", "fontname": "monospace", "fontsize": "10"},
+    )
+    for number, (colour, meaning) in enumerate(LEGEND_ENTRIES):
+        dot.node(f"legend{number}", meaning, fillcolor=colour)
+    return dot

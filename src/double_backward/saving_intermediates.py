@@ -1,0 +1,107 @@
+r"""Case 3 of the tutorial: backward needs an *intermediate* result of forward.
+
+:math:`\sinh x = \tfrac{1}{2}e^{x} - \tfrac{1}{2}e^{-x}` and its derivative
+:math:`\cosh x = \tfrac{1}{2}e^{x} + \tfrac{1}{2}e^{-x}` share the two exponentials, so forward
+computes them once and backward reuses them. (The tutorial saves :math:`e^{\pm x}` and halves
+later; saving the halves makes the result overflow exactly where :func:`torch.sinh` does
+instead of slightly earlier.)
+
+Forward runs in no-grad mode, so an intermediate has no ``grad_fn``: a backward built from it
+computes the right first derivative but cannot be differentiated again. :class:`Sinh` makes the
+intermediates extra outputs so autograd tracks them; :class:`SinhBad` shows what goes wrong
+otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ._validation import check_real_tensor
+
+_LN_2 = math.log(2.0)
+
+
+class Sinh(torch.autograd.Function):
+    r"""Compute :math:`\sinh x`, also returning the intermediates :math:`h_\pm = \tfrac12 e^{\pm x}`.
+
+    Forward returns ``(sinh_x, half_exp_x, half_exp_neg_x)`` and saves the two intermediates.
+    Because they are *outputs*, autograd gives them this Function as ``grad_fn``, so when they are
+    unpacked in a backward that runs under ``create_graph=True`` they carry a graph back to
+    ``x``.
+
+    Backward must then also account for gradients flowing into the extra outputs (none on the
+    first backward, but the second backward sends the second derivative through them):
+
+    .. math::
+
+        \bar{x} = \bar{s}\,(h_+ + h_-) + \bar{h}_+\,h_+ - \bar{h}_-\,h_-
+
+    ``ctx.set_materialize_grads(False)`` makes backward receive ``None`` for an output that got
+    no gradient, instead of zeros, so a term is skipped rather than computed as ``0 * inf = nan``
+    where :math:`e^{\pm x}` overflows.
+
+    Use :func:`sinh` to get only the first output.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        check_real_tensor("Sinh", "x", x)
+        half_exp_x = torch.exp(x - _LN_2)
+        half_exp_neg_x = torch.exp(-x - _LN_2)
+        # The intermediates are returned as outputs, so the saved tensors are tracked.
+        ctx.save_for_backward(half_exp_x, half_exp_neg_x)
+        # Unused outputs then get None, not zeros: 0 * inf would turn an overflow into nan.
+        ctx.set_materialize_grads(False)
+        return half_exp_x - half_exp_neg_x, half_exp_x, half_exp_neg_x
+
+    @staticmethod
+    def backward(
+        ctx: Any,
+        grad_sinh: torch.Tensor | None,
+        grad_half_exp_x: torch.Tensor | None,
+        grad_half_exp_neg_x: torch.Tensor | None,
+    ) -> torch.Tensor | None:
+        half_exp_x, half_exp_neg_x = ctx.saved_tensors
+        terms = []
+        if grad_sinh is not None:
+            terms.append(grad_sinh * (half_exp_x + half_exp_neg_x))
+        # None on the first backward, but the second backward sends gradients through here.
+        if grad_half_exp_x is not None:
+            terms.append(grad_half_exp_x * half_exp_x)
+        if grad_half_exp_neg_x is not None:
+            terms.append(-grad_half_exp_neg_x * half_exp_neg_x)
+        return sum(terms[1:], terms[0]) if terms else None
+
+
+def sinh(x: torch.Tensor) -> torch.Tensor:
+    """Return :math:`\\sinh x` computed by :class:`Sinh`, dropping the intermediate outputs."""
+    return Sinh.apply(x)[0]
+
+
+class SinhBad(torch.autograd.Function):
+    r"""BROKEN on purpose -- do not copy. :math:`\sinh x` with intermediates stashed on ``ctx``.
+
+    Forward computes :math:`h_\pm = \tfrac12 e^{\pm x}` in no-grad mode and stores them as
+    ``ctx`` attributes instead of returning them. They have no ``grad_fn``, so in backward
+    ``grad_x = grad_out * (h_+ + h_-)`` depends on ``grad_out`` only: the first derivative is
+    right, but ``grad_x`` has no graph back to ``x`` and every higher derivative is lost (an
+    error when nothing else requires grad, a silent zero in :func:`torch.autograd.gradgradcheck`'s
+    setting, where ``grad_out`` requires grad). :class:`Sinh` is the fix.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        check_real_tensor("SinhBad", "x", x)
+        half_exp_x = torch.exp(x - _LN_2)
+        half_exp_neg_x = torch.exp(-x - _LN_2)
+        # The mistake: intermediates created in no-grad mode, kept outside autograd's view.
+        ctx.half_exp_x = half_exp_x
+        ctx.half_exp_neg_x = half_exp_neg_x
+        return half_exp_x - half_exp_neg_x
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> torch.Tensor:
+        return grad_out * (ctx.half_exp_x + ctx.half_exp_neg_x)

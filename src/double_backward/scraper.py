@@ -1,0 +1,42 @@
+"""A sphinx-gallery image scraper that renders Graphviz graphs to SVG.
+
+Named in ``conf.py`` by its dotted path, ``"double_backward.scraper.graphviz_scraper"``: a
+function object in ``sphinx_gallery_conf`` cannot be pickled and makes ``sphinx-build -W`` fail.
+After each code block it looks through the example's globals for :class:`graphviz.Digraph` (or
+:class:`graphviz.Graph`) objects it has not rendered yet, renders each with the Graphviz ``dot``
+program, and returns the reST that embeds them.
+"""
+
+from __future__ import annotations
+
+import weakref
+from pathlib import Path
+from typing import Any
+
+import graphviz
+from sphinx_gallery.scrapers import figure_rst
+
+__all__ = ["graphviz_scraper"]
+
+# Graphs already embedded. A WeakSet, not a set of id()s: ids are reused once a graph is freed.
+_rendered: weakref.WeakSet[graphviz.graphs.BaseGraph] = weakref.WeakSet()
+
+
+def _alt_text(graph: graphviz.graphs.BaseGraph) -> str:
+    return graph.comment or graph.name or "Graphviz graph"
+
+
+def graphviz_scraper(block: Any, block_vars: dict[str, Any], gallery_conf: dict[str, Any]) -> str:
+    """Render the new graphs of one code block to SVG files and return their reST."""
+    new_graphs = [
+        value
+        for value in block_vars["example_globals"].values()
+        if isinstance(value, graphviz.graphs.BaseGraph) and value not in _rendered
+    ]
+    image_rst = []
+    for graph, image_path in zip(new_graphs, block_vars["image_path_iterator"]):
+        svg_path = Path(image_path).with_suffix(".svg")
+        svg_path.write_bytes(graph.pipe(format="svg"))
+        _rendered.add(graph)
+        image_rst.append(figure_rst([svg_path], gallery_conf["src_dir"], _alt_text(graph)))
+    return "".join(image_rst)

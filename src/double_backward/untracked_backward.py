@@ -1,0 +1,90 @@
+r"""Case 4 of the tutorial: a backward that autograd cannot record.
+
+Here the first backward of :math:`y = x^3`, :math:`\bar{x} = 3x^2\,\bar{y}`, is computed with
+NumPy on detached arrays, standing in for SciPy, a C++ extension or any code outside PyTorch.
+Autograd sees none of it. The fix is to make that computation a custom Function of its own,
+:class:`CubeBackward`, whose backward (written with differentiable torch ops) supplies the
+second derivative.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._validation import check_real_tensor
+
+# NumPy has no bfloat16 or float8: those are computed in float32 and cast back.
+_NUMPY_FLOAT_DTYPES = (torch.float16, torch.float32, torch.float64)
+
+
+def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """Detach ``tensor`` from autograd and copy it into a NumPy array on the CPU."""
+    tensor = tensor.detach().cpu()
+    if tensor.is_floating_point() and tensor.dtype not in _NUMPY_FLOAT_DTYPES:
+        tensor = tensor.float()
+    return tensor.resolve_neg().numpy()
+
+
+def cube_backward_numpy(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    r"""Return :math:`3x^2\,\bar{y}`, computed by NumPy outside autograd.
+
+    The result has the dtype :func:`torch.result_type` gives ``grad_out`` and ``x`` (what the
+    same expression in torch would give) and ``x``'s device.
+    """
+    # Overflow gives inf, as in torch, without NumPy's RuntimeWarning.
+    with np.errstate(over="ignore", invalid="ignore"):
+        result = 3 * _to_numpy(x) ** 2 * _to_numpy(grad_out)
+    dtype = torch.result_type(grad_out, x)
+    return torch.from_numpy(np.asarray(result)).to(device=x.device, dtype=dtype)
+
+
+class Cube(torch.autograd.Function):
+    r"""Compute :math:`y = x^3`, saving the input :math:`x`; backward leaves autograd.
+
+    Backward delegates to :class:`CubeBackward`, a Function whose forward is the NumPy
+    computation. Autograd cannot record the NumPy code, but it does record the call to
+    ``CubeBackward.apply``, so under ``create_graph=True`` ``grad_x`` has ``CubeBackward`` as its
+    ``grad_fn`` and double backward works.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        check_real_tensor("Cube", "x", x)
+        ctx.save_for_backward(x)
+        return x**3
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        # Calling a Function (not NumPy directly) is what autograd can record.
+        return CubeBackward.apply(grad_out, x)
+
+
+class CubeBackward(torch.autograd.Function):
+    r"""Compute :math:`g = 3x^2\,\bar{y}` with NumPy, supplying its derivatives by hand.
+
+    Saves both inputs, ``grad_out`` (:math:`\bar{y}`) and ``x``. Its backward returns
+
+    .. math::
+
+        \frac{\partial g}{\partial \bar{y}}\,\bar{g} = 3x^2\,\bar{g}, \qquad
+        \frac{\partial g}{\partial x}\,\bar{g} = 6x\,\bar{y}\,\bar{g},
+
+    written with differentiable torch ops on saved inputs, so third and higher derivatives of
+    :class:`Cube` work as well.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        check_real_tensor("CubeBackward", "grad_out", grad_out)
+        check_real_tensor("CubeBackward", "x", x)
+        ctx.save_for_backward(grad_out, x)
+        return cube_backward_numpy(grad_out, x)
+
+    @staticmethod
+    def backward(ctx: Any, grad_grad_x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        grad_out, x = ctx.saved_tensors
+        return grad_grad_x * 3 * x**2, grad_grad_x * grad_out * 6 * x

@@ -9,19 +9,27 @@ from pathlib import Path
 import nox
 
 nox.needs_version = ">=2025.2.9"
-nox.options.default_venv_backend = "virtualenv"  # pip, which finds the local CPU torch wheel
+nox.options.default_venv_backend = (
+    "virtualenv"  # pip, which finds the local CPU torch wheel
+)
 nox.options.sessions = ["tests", "docs"]
 
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 # torch==2.13.0 by default; point DOUBLE_BACKWARD_CONSTRAINTS at another file to change the pins.
-CONSTRAINTS = os.environ.get("DOUBLE_BACKWARD_CONSTRAINTS", str(ROOT / "constraints.txt"))
+CONSTRAINTS = os.environ.get(
+    "DOUBLE_BACKWARD_CONSTRAINTS", str(ROOT / "constraints.txt")
+)
 DOCS_OUT = ROOT / "docs" / "_build" / "html"
 
 
 def install(session: nox.Session, *groups: str) -> None:
     """Install the package (editable) and the named dependency groups under the constraints."""
-    requirements = [req for group in groups for req in nox.project.dependency_groups(PYPROJECT, group)]
+    requirements = [
+        req
+        for group in groups
+        for req in nox.project.dependency_groups(PYPROJECT, group)
+    ]
     session.install("-c", CONSTRAINTS, "-e", ".", *requirements)
 
 
@@ -50,7 +58,14 @@ def docs(session: nox.Session) -> None:
     require_graphviz(session)
     install(session, "docs")
     session.run(
-        "sphinx-build", "-W", "--keep-going", "-n", "-b", "html", "docs", str(DOCS_OUT),
+        "sphinx-build",
+        "-W",
+        "--keep-going",
+        "-n",
+        "-b",
+        "html",
+        "docs",
+        str(DOCS_OUT),
         *session.posargs,
     )
 
@@ -61,9 +76,20 @@ def serve(session: nox.Session) -> None:
     require_graphviz(session)
     install(session, "serve")
     session.run(
-        "sphinx-autobuild", "--host", "127.0.0.1", "--port", "8000",
-        "--watch", "examples", "--watch", "src",
-        "--ignore", str(ROOT / "docs" / "auto_examples"),
-        "--ignore", str(ROOT / "docs" / "gen_modules"),
-        "docs", str(DOCS_OUT), *session.posargs,
+        "sphinx-autobuild",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8000",
+        "--watch",
+        "examples",
+        "--watch",
+        "src",
+        "--ignore",
+        str(ROOT / "docs" / "auto_examples"),
+        "--ignore",
+        str(ROOT / "docs" / "gen_modules"),
+        "docs",
+        str(DOCS_OUT),
+        *session.posargs,
     )

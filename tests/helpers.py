@@ -18,7 +18,9 @@ CORRECT_FUNCTIONS = [
 ]
 
 
-def derivatives(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, order: int):
+def derivatives(
+    fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, order: int
+):
     """Return [f(x), f'(x), ..., f^(order)(x)] of an elementwise ``fn``, elementwise.
 
     Each derivative is taken with ``create_graph=True`` from the previous one. A derivative that
@@ -31,20 +33,8 @@ def derivatives(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, ord
         if not current.requires_grad:
             results.append(torch.zeros_like(x))
             continue
-        (grad,) = torch.autograd.grad(current.sum(), x, create_graph=True, allow_unused=True)
+        (grad,) = torch.autograd.grad(
+            current.sum(), x, create_graph=True, allow_unused=True
+        )
         results.append(torch.zeros_like(x) if grad is None else grad)
     return results
-
-
-def reaches_leaf(grad_fn, leaf: torch.Tensor) -> bool:
-    """Whether walking ``grad_fn.next_functions`` finds the AccumulateGrad node of ``leaf``."""
-    stack, seen = [grad_fn], set()
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        if getattr(node, "variable", None) is leaf:
-            return True
-        stack.extend(next_fn for next_fn, _ in node.next_functions)
-    return False

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from double_backward import Sinh, SinhBad, Square
-from double_backward.graph import LEGEND_ENTRIES, autograd_graph, graph_legend
+from double_backward.graph import LEGEND_ENTRIES, autograd_graph, graph_legend, reaches
 
 
 def square_grad_graph() -> graphviz.Digraph:
@@ -40,7 +40,9 @@ def test_title_becomes_the_comment_used_as_alt_text():
 def test_several_outputs_are_drawn_in_one_graph():
     x = torch.tensor(0.5, requires_grad=True)
     value, half_exp_x, _ = Sinh.apply(x)
-    source = autograd_graph({"out": value, "half_exp_x": half_exp_x}, {"x": x}, title="t").source
+    source = autograd_graph(
+        {"out": value, "half_exp_x": half_exp_x}, {"x": x}, title="t"
+    ).source
     assert 'label="out\n ()"' in source and 'label="half_exp_x\n ()"' in source
 
 
@@ -56,13 +58,27 @@ def test_tensor_without_grad_fn_is_a_lone_node():
     ("outputs", "inputs", "title", "error", "message"),
     [
         ([1], {}, "t", TypeError, "'outputs' must be a mapping of names to tensors"),
-        ({"y": [1.0]}, {}, "t", TypeError, "'outputs' must map str names to torch.Tensors"),
-        ({"y": torch.ones(1)}, {"x": 1.0}, "t", TypeError, "'inputs' must map str names"),
+        (
+            {"y": [1.0]},
+            {},
+            "t",
+            TypeError,
+            "'outputs' must map str names to torch.Tensors",
+        ),
+        (
+            {"y": torch.ones(1)},
+            {"x": 1.0},
+            "t",
+            TypeError,
+            "'inputs' must map str names",
+        ),
         ({}, {}, "t", ValueError, "'outputs' is empty"),
         ({"y": torch.ones(1)}, {}, "  ", ValueError, "'title' must be a non-empty"),
     ],
 )
-def test_bad_arguments_are_rejected_with_what_was_expected(outputs, inputs, title, error, message):
+def test_bad_arguments_are_rejected_with_what_was_expected(
+    outputs, inputs, title, error, message
+):
     with pytest.raises(error, match=message):
         autograd_graph(outputs, inputs, title=title)
 
@@ -76,4 +92,45 @@ def test_legend_has_one_node_per_colour_used_by_torchviz():
     x = torch.tensor(1.0, requires_grad=True)
     drawn = autograd_graph({"out": Square.apply(x)}, {"x": x}, title="t").source
     assert "fillcolor=lightblue" in drawn and "fillcolor=darkolivegreen1" in drawn
-    assert "fillcolor=orange" in drawn
+    x_saved = torch.tensor(1.0, requires_grad=True)
+    value, _, _ = Sinh.apply(x_saved)
+    assert (
+        "fillcolor=orange"
+        in autograd_graph({"out": value}, {"x": x_saved}, title="t").source
+    )
+
+
+def test_reaches_follows_next_functions_to_the_leaf():
+    x = torch.tensor(1.0, requires_grad=True)
+    other = torch.tensor(2.0, requires_grad=True)
+    y = Square.apply(x) * 3
+    assert reaches(y, x)
+    assert not reaches(y, other)
+    assert not reaches(x.detach(), x)
+
+
+def test_reaches_rejects_non_tensors_and_non_leaves():
+    x = torch.tensor(1.0, requires_grad=True)
+    with pytest.raises(TypeError, match="expected two tensors, got list and Tensor"):
+        reaches([1.0], x)
+    with pytest.raises(ValueError, match="'leaf' must be a leaf tensor"):
+        reaches(x * 2, x * 3)
+
+
+def test_unnamed_saved_tensors_are_labelled_saved():
+    x = torch.tensor(0.5, requires_grad=True)
+    value, _, _ = Sinh.apply(x)
+    source = autograd_graph({"out": value}, {"x": x}, title="t").source
+    assert source.count('label="saved\n ()" fillcolor=orange') == 2
+
+
+def test_a_saved_input_keeps_its_leaf_colour_and_is_linked_without_arrow():
+    x = torch.tensor(1.0, requires_grad=True)
+    source = autograd_graph({"out": Square.apply(x)}, {"x": x}, title="t").source
+    assert "fillcolor=orange" not in source
+    assert source.count('label="x\n ()" fillcolor=lightblue') == 1
+    assert re.search(
+        r"^\tn\d+ -> n\d+ \[dir=none style=dashed color=darkorange3\]$",
+        source,
+        flags=re.MULTILINE,
+    )

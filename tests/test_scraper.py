@@ -13,7 +13,9 @@ from double_backward.scraper import graphviz_scraper
 def block_vars(tmp_path):
     return {
         "example_globals": {},
-        "image_path_iterator": ImagePathIterator(tmp_path / "sphx_glr_plot_demo_{0:03}.png"),
+        "image_path_iterator": ImagePathIterator(
+            tmp_path / "sphx_glr_plot_demo_{0:03}.png"
+        ),
     }
 
 
@@ -28,11 +30,18 @@ def small_graph(comment: str) -> graphviz.Digraph:
     return graph
 
 
-def test_renders_each_new_graph_to_svg_with_its_comment_as_alt(block_vars, gallery_conf, tmp_path):
-    block_vars["example_globals"].update(a=small_graph("first graph"), n=3, b=small_graph("second"))
+def test_renders_each_new_graph_to_svg_with_its_comment_as_alt(
+    block_vars, gallery_conf, tmp_path
+):
+    block_vars["example_globals"].update(
+        a=small_graph("first graph"), n=3, b=small_graph("second")
+    )
     rst = graphviz_scraper(None, block_vars, gallery_conf)
     svgs = sorted(tmp_path.glob("*.svg"))
-    assert [p.name for p in svgs] == ["sphx_glr_plot_demo_001.svg", "sphx_glr_plot_demo_002.svg"]
+    assert [p.name for p in svgs] == [
+        "sphx_glr_plot_demo_001.svg",
+        "sphx_glr_plot_demo_002.svg",
+    ]
     assert all(p.read_bytes().lstrip().startswith(b"<?xml") for p in svgs)
     assert b"<svg" in svgs[0].read_bytes()
     assert "sphx_glr_plot_demo_001.svg" in rst and ":alt: first graph" in rst
@@ -40,7 +49,9 @@ def test_renders_each_new_graph_to_svg_with_its_comment_as_alt(block_vars, galle
     assert not list(tmp_path.glob("*.png"))
 
 
-def test_a_graph_is_rendered_once_even_if_it_stays_in_globals(block_vars, gallery_conf, tmp_path):
+def test_a_graph_is_rendered_once_even_if_it_stays_in_globals(
+    block_vars, gallery_conf, tmp_path
+):
     block_vars["example_globals"]["g"] = small_graph("g")
     assert graphviz_scraper(None, block_vars, gallery_conf)
     assert graphviz_scraper(None, block_vars, gallery_conf) == ""
@@ -55,10 +66,20 @@ def test_no_graph_means_no_image(block_vars, gallery_conf, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_svg_bytes_are_identical_for_identical_graphs(block_vars, gallery_conf, tmp_path):
+def test_svg_bytes_are_identical_for_identical_graphs(
+    block_vars, gallery_conf, tmp_path
+):
     block_vars["example_globals"]["a"] = small_graph("same")
     graphviz_scraper(None, block_vars, gallery_conf)
     block_vars["example_globals"]["b"] = small_graph("same")
     graphviz_scraper(None, block_vars, gallery_conf)
     first, second = sorted(tmp_path.glob("*.svg"))
     assert first.read_bytes() == second.read_bytes()
+
+
+def test_a_graph_under_two_names_is_rendered_once(block_vars, gallery_conf, tmp_path):
+    graph = small_graph("shared")
+    block_vars["example_globals"].update(graph=graph, ___=graph)
+    rst = graphviz_scraper(None, block_vars, gallery_conf)
+    assert rst.count(".. image-sg::") == 1
+    assert len(list(tmp_path.glob("*.svg"))) == 1

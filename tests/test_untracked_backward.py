@@ -34,7 +34,9 @@ def test_cube_backward_passes_checks_in_both_of_its_inputs():
     assert gradgradcheck(CubeBackward.apply, (grad_out, x))
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize(
+    "dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+)
 def test_cube_first_derivative_keeps_dtype_and_device(dtype):
     x = torch.tensor([0.5, -1.5, 2.0], dtype=dtype, requires_grad=True)
     (grad_x,) = torch.autograd.grad(Cube.apply(x).sum(), x)
@@ -53,5 +55,7 @@ def test_cube_backward_result_dtype_follows_type_promotion():
 def test_cube_backward_accepts_a_negated_view():
     # torch.Tensor.numpy() refuses tensors with the negative bit set; the helper resolves it.
     x = torch.tensor([1.0, 2.0], dtype=torch.float64)._neg_view()
-    torch.testing.assert_close(cube_backward_numpy(torch.ones(2, dtype=torch.float64), x),
-                               torch.tensor([3.0, 12.0], dtype=torch.float64))
+    torch.testing.assert_close(
+        cube_backward_numpy(torch.ones(2, dtype=torch.float64), x),
+        torch.tensor([3.0, 12.0], dtype=torch.float64),
+    )

@@ -11,7 +11,9 @@ from typing import Any
 import torch
 
 
-def check_real_tensor(function_name: str, argument_name: str, value: Any) -> torch.Tensor:
+def check_real_tensor(
+    function_name: str, argument_name: str, value: Any
+) -> torch.Tensor:
     """Return ``value`` if it is a real (non-complex) tensor, else raise ``TypeError``.
 
     Complex tensors are refused rather than computed: the example formulas omit the complex

@@ -1,9 +1,10 @@
 """Draw autograd graphs with torchviz, with named nodes and stable node ids.
 
-:func:`autograd_graph` wraps :func:`torchviz.make_dot`. It names the tensors you pass (``x``,
+:func:`autograd_graph` wraps torchviz's ``make_dot``. It names the tensors you pass (``x``,
 ``out``, ``grad_x``) and renumbers torchviz's node ids, which are Python ``id()`` values and so
 change from run to run, into ``n0, n1, ...`` in drawing order: the same graph gives the same
-DOT source, and the same SVG, on every build. :func:`graph_legend` draws the colour key.
+DOT source, and the same SVG, on every build. :func:`graph_legend` draws the colour key, and
+:func:`reaches` answers the question the graphs are drawn to answer: is there a path back to x?
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import graphviz
 import torch
 import torchviz
 
-__all__ = ["autograd_graph", "graph_legend"]
+__all__ = ["autograd_graph", "graph_legend", "reaches"]
 
 # torchviz 0.0.3 compares torch versions with distutils' LooseVersion, which warns on every call.
 _TORCHVIZ_VERSION_WARNING = "distutils Version classes are deprecated"
@@ -24,13 +25,18 @@ _TORCHVIZ_VERSION_WARNING = "distutils Version classes are deprecated"
 # A node line ("\t<id> [label=...]") or an edge line ("\t<id> -> <id> [...]") of torchviz's body.
 _ID_PREFIX = re.compile(r"^\t(\d+)(?: -> (\d+))?")
 
-# The fill colours torchviz uses, explained once per page by graph_legend().
+# A node line after renumbering: "\tn12 [label=...".
+_NODE_LINE = re.compile(r"^\t(n\d+) \[")
+
+# The fill colours torchviz uses, explained once per page by graph_legend(), in reading order.
 LEGEND_ENTRIES = (
     ("lightblue", "leaf tensor that requires grad (x)"),
-    ("darkolivegreen1", "tensor being drawn (out, grad_x)"),
     ("lightgrey", "backward node: a grad_fn"),
     ("orange", "tensor saved for backward"),
+    ("darkolivegreen1", "tensor being drawn (out, grad_x)"),
 )
+SAVED_LINK_COLOUR = "darkorange3"
+_SAVED_LINK_STYLE = f"[dir=none style=dashed color={SAVED_LINK_COLOUR}]"
 
 
 def _check_named_tensors(argument: str, tensors: object) -> Mapping[str, torch.Tensor]:
@@ -62,6 +68,29 @@ def _renumber_nodes(dot: graphviz.Digraph) -> None:
     dot.body = [_ID_PREFIX.sub(rename, line, count=1) for line in dot.body]
 
 
+def _tidy_saved_tensors(dot: graphviz.Digraph) -> None:
+    """Label unnamed saved tensors "saved"; keep a saved input or output in its own colour.
+
+    torchviz draws every tensor a custom Function saved as an orange node. When that tensor is
+    already in the graph (a saved input like x), the orange node would repaint it: drop it, and
+    let the dashed line to the backward node say that it was saved.
+    """
+    defined: set[str] = set()
+    body = []
+    for line in dot.body:
+        node = _NODE_LINE.match(line)
+        if node and "fillcolor=orange" in line:
+            if node[1] in defined:
+                continue
+            line = line.replace('[label="\n', '[label="saved\n', 1)
+        if node:
+            defined.add(node[1])
+        elif "[dir=none]" in line:  # torchviz's link from a saved tensor to its node
+            line = line.replace("[dir=none]", _SAVED_LINK_STYLE)
+        body.append(line)
+    dot.body = body
+
+
 def autograd_graph(
     outputs: Mapping[str, torch.Tensor],
     inputs: Mapping[str, torch.Tensor],
@@ -81,9 +110,13 @@ def autograd_graph(
     _check_named_tensors("outputs", outputs)
     _check_named_tensors("inputs", inputs)
     if not outputs:
-        raise ValueError("autograd_graph: 'outputs' is empty; name at least one tensor to draw")
+        raise ValueError(
+            "autograd_graph: 'outputs' is empty; name at least one tensor to draw"
+        )
     if not isinstance(title, str) or not title.strip():
-        raise ValueError("autograd_graph: 'title' must be a non-empty description of the graph")
+        raise ValueError(
+            "autograd_graph: 'title' must be a non-empty description of the graph"
+        )
     tensors = tuple(outputs.values())
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_TORCHVIZ_VERSION_WARNING)
@@ -91,6 +124,7 @@ def autograd_graph(
             tensors if len(tensors) > 1 else tensors[0], params={**inputs, **outputs}
         )
     _renumber_nodes(dot)
+    _tidy_saved_tensors(dot)
     dot.comment = " ".join(title.split())
     # A white card reads the same in the site's light and dark themes.
     dot.graph_attr.update(bgcolor="white", pad="0.15")
@@ -98,12 +132,68 @@ def autograd_graph(
 
 
 def graph_legend() -> graphviz.Digraph:
-    """Return a small graph that explains the node colours of :func:`autograd_graph`."""
+    """Return a small graph that explains the colours and lines of :func:`autograd_graph`."""
     dot = graphviz.Digraph(
-        comment="Legend: colours of the autograd graphs",
-        graph_attr={"rankdir": "LR", "bgcolor": "white", "pad": "0.15", "nodesep": "0.1"},
-        node_attr={"style": "filled", "shape": "box", "fontname": "monospace", "fontsize": "10"},
+        comment="Legend: colours and lines of the autograd graphs",
+        graph_attr={"bgcolor": "white", "pad": "0.15", "ranksep": "0.25"},
+        node_attr={
+            "style": "filled",
+            "shape": "box",
+            "fontname": "monospace",
+            "fontsize": "10",
+        },
     )
     for number, (colour, meaning) in enumerate(LEGEND_ENTRIES):
         dot.node(f"legend{number}", meaning, fillcolor=colour)
+    dot.edge(
+        "legend0",
+        "legend1",
+        label=" arrow: input of ",
+        fontsize="9",
+        fontname="monospace",
+    )
+    dot.edge(
+        "legend2",
+        "legend1",
+        label=" dashed: saved by ",
+        fontsize="9",
+        fontname="monospace",
+        dir="none",
+        style="dashed",
+        color=SAVED_LINK_COLOUR,
+    )
+    dot.edge(
+        "legend1",
+        "legend3",
+        label=" arrow: computes ",
+        fontsize="9",
+        fontname="monospace",
+    )
     return dot
+
+
+def reaches(tensor: torch.Tensor, leaf: torch.Tensor) -> bool:
+    """Whether ``tensor``'s autograd graph has a path back to the leaf tensor ``leaf``.
+
+    Walks ``grad_fn.next_functions`` looking for the ``AccumulateGrad`` node of ``leaf``. A
+    gradient computed with ``create_graph=True`` can be differentiated with respect to ``leaf``
+    only if this is true.
+    """
+    if not isinstance(tensor, torch.Tensor) or not isinstance(leaf, torch.Tensor):
+        raise TypeError(
+            f"reaches: expected two tensors, got {type(tensor).__name__} and {type(leaf).__name__}"
+        )
+    if not leaf.is_leaf:
+        raise ValueError(
+            "reaches: 'leaf' must be a leaf tensor (created by the user, not computed)"
+        )
+    stack, seen = [tensor.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if getattr(node, "variable", None) is leaf:
+            return True
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return False

@@ -10,13 +10,10 @@ from ._validation import check_real_tensor
 
 
 class Square(torch.autograd.Function):
-    r"""Compute :math:`y = x^2`, saving the input :math:`x` for backward.
+    """y = x², saving the input x for backward, which returns grad_x = grad_out · 2x.
 
-    Backward returns :math:`\bar{x} = 2x\,\bar{y}`. The saved :math:`x` is an input, so it
-    carries its own history (it is a leaf that requires grad, or has a ``grad_fn``). When
-    backward runs under ``create_graph=True``, autograd records ``2 * x * grad_out`` like any
-    other computation, and the resulting ``grad_x`` has a graph back to ``x``: double backward
-    works with nothing extra to do.
+    x is an input, so it keeps its history: under create_graph=True autograd records
+    grad_out * 2 * x, and grad_x has a graph back to x. Double backward just works.
     """
 
     @staticmethod

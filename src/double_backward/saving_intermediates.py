@@ -25,29 +25,18 @@ _LN_2 = math.log(2.0)
 
 
 class Sinh(torch.autograd.Function):
-    r"""Compute :math:`\sinh x`, also returning the intermediates :math:`h_\pm = \tfrac12 e^{\pm x}`.
+    """sinh x = eˣ/2 − e⁻ˣ/2, also returning the intermediates eˣ/2, e⁻ˣ/2 as outputs.
 
-    Forward returns ``(sinh_x, half_exp_x, half_exp_neg_x)`` and saves the two intermediates.
-    Because they are *outputs*, autograd gives them this Function as ``grad_fn``, so when they are
-    unpacked in a backward that runs under ``create_graph=True`` they carry a graph back to
-    ``x``.
-
-    Backward must then also account for gradients flowing into the extra outputs (none on the
-    first backward, but the second backward sends the second derivative through them):
-
-    .. math::
-
-        \bar{x} = \bar{s}\,(h_+ + h_-) + \bar{h}_+\,h_+ - \bar{h}_-\,h_-
-
-    ``ctx.set_materialize_grads(False)`` makes backward receive ``None`` for an output that got
-    no gradient, instead of zeros, so a term is skipped rather than computed as ``0 * inf = nan``
-    where :math:`e^{\pm x}` overflows.
-
-    Use :func:`sinh` to get only the first output.
+    Being outputs, the saved intermediates are tracked, so
+    grad_x = grad_sinh · (eˣ/2 + e⁻ˣ/2) has a graph back to x. Backward also adds the
+    gradients arriving at the extra outputs: none on the first backward, the second
+    derivative on the second. Use sinh() for the value alone.
     """
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(
+        ctx: Any, x: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         check_real_tensor("Sinh", "x", x)
         half_exp_x = torch.exp(x - _LN_2)
         half_exp_neg_x = torch.exp(-x - _LN_2)
@@ -77,19 +66,16 @@ class Sinh(torch.autograd.Function):
 
 
 def sinh(x: torch.Tensor) -> torch.Tensor:
-    """Return :math:`\\sinh x` computed by :class:`Sinh`, dropping the intermediate outputs."""
+    """sinh x computed by Sinh, dropping the intermediate outputs."""
     return Sinh.apply(x)[0]
 
 
 class SinhBad(torch.autograd.Function):
-    r"""BROKEN on purpose -- do not copy. :math:`\sinh x` with intermediates stashed on ``ctx``.
+    """BROKEN on purpose, do not copy: sinh x with its intermediates stashed on ctx.
 
-    Forward computes :math:`h_\pm = \tfrac12 e^{\pm x}` in no-grad mode and stores them as
-    ``ctx`` attributes instead of returning them. They have no ``grad_fn``, so in backward
-    ``grad_x = grad_out * (h_+ + h_-)`` depends on ``grad_out`` only: the first derivative is
-    right, but ``grad_x`` has no graph back to ``x`` and every higher derivative is lost (an
-    error when nothing else requires grad, a silent zero in :func:`torch.autograd.gradgradcheck`'s
-    setting, where ``grad_out`` requires grad). :class:`Sinh` is the fix.
+    The intermediates were made in no-grad mode and are not outputs, so they have no
+    history: grad_x is right but has no graph back to x. The second derivative is then
+    an error, or a silent zero when grad_out requires grad. Sinh is the fix.
     """
 
     @staticmethod

@@ -10,12 +10,11 @@ from ._validation import check_real_tensor
 
 
 class Exp(torch.autograd.Function):
-    r"""Compute :math:`y = e^x`, saving the output :math:`y` for backward.
+    """y = eˣ, saving the output y for backward, which returns grad_x = grad_out · y.
 
-    Since :math:`\frac{d}{dx} e^x = e^x`, backward returns :math:`\bar{x} = y\,\bar{y}` and needs
-    no other tensor. An output saved with ``save_for_backward`` is unpacked in backward with
-    this Function as its ``grad_fn``, so ``grad_x = y * grad_out`` depends on ``x`` through
-    ``y`` and double backward works, exactly as when saving an input.
+    An output is tracked too: its grad_fn is this Function's backward, so
+    grad_x = grad_out * y has a graph back to x through it. Double backward works as
+    for a saved input.
     """
 
     @staticmethod

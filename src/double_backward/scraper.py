@@ -26,17 +26,20 @@ def _alt_text(graph: graphviz.graphs.BaseGraph) -> str:
     return graph.comment or graph.name or "Graphviz graph"
 
 
-def graphviz_scraper(block: Any, block_vars: dict[str, Any], gallery_conf: dict[str, Any]) -> str:
+def graphviz_scraper(
+    block: Any, block_vars: dict[str, Any], gallery_conf: dict[str, Any]
+) -> str:
     """Render the new graphs of one code block to SVG files and return their reST."""
-    new_graphs = [
-        value
-        for value in block_vars["example_globals"].values()
-        if isinstance(value, graphviz.graphs.BaseGraph) and value not in _rendered
-    ]
     image_rst = []
-    for graph, image_path in zip(new_graphs, block_vars["image_path_iterator"]):
-        svg_path = Path(image_path).with_suffix(".svg")
-        svg_path.write_bytes(graph.pipe(format="svg"))
-        _rendered.add(graph)
-        image_rst.append(figure_rst([svg_path], gallery_conf["src_dir"], _alt_text(graph)))
+    image_paths = iter(block_vars["image_path_iterator"])
+    for value in list(block_vars["example_globals"].values()):
+        # The same graph can sit under two names (sphinx-gallery keeps a block's last value too).
+        if not isinstance(value, graphviz.graphs.BaseGraph) or value in _rendered:
+            continue
+        _rendered.add(value)
+        svg_path = Path(next(image_paths)).with_suffix(".svg")
+        svg_path.write_bytes(value.pipe(format="svg"))
+        image_rst.append(
+            figure_rst([svg_path], gallery_conf["src_dir"], _alt_text(value))
+        )
     return "".join(image_rst)

@@ -29,10 +29,9 @@ def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
 
 
 def cube_backward_numpy(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    r"""Return :math:`3x^2\,\bar{y}`, computed by NumPy outside autograd.
+    """grad_out · 3x², computed by NumPy outside autograd.
 
-    The result has the dtype :func:`torch.result_type` gives ``grad_out`` and ``x`` (what the
-    same expression in torch would give) and ``x``'s device.
+    The result has x's device and the dtype torch.result_type(grad_out, x), as in torch.
     """
     # Overflow gives inf, as in torch, without NumPy's RuntimeWarning.
     with np.errstate(over="ignore", invalid="ignore"):
@@ -42,12 +41,11 @@ def cube_backward_numpy(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor
 
 
 class Cube(torch.autograd.Function):
-    r"""Compute :math:`y = x^3`, saving the input :math:`x`; backward leaves autograd.
+    """y = x³, saving the input x; backward is computed by NumPy, through CubeBackward.
 
-    Backward delegates to :class:`CubeBackward`, a Function whose forward is the NumPy
-    computation. Autograd cannot record the NumPy code, but it does record the call to
-    ``CubeBackward.apply``, so under ``create_graph=True`` ``grad_x`` has ``CubeBackward`` as its
-    ``grad_fn`` and double backward works.
+    Autograd cannot record NumPy, but it records the call to CubeBackward.apply, so
+    under create_graph=True grad_x has CubeBackward's backward as grad_fn: double
+    backward works.
     """
 
     @staticmethod
@@ -64,17 +62,11 @@ class Cube(torch.autograd.Function):
 
 
 class CubeBackward(torch.autograd.Function):
-    r"""Compute :math:`g = 3x^2\,\bar{y}` with NumPy, supplying its derivatives by hand.
+    """g = grad_out · 3x² computed by NumPy; its derivatives are written by hand.
 
-    Saves both inputs, ``grad_out`` (:math:`\bar{y}`) and ``x``. Its backward returns
-
-    .. math::
-
-        \frac{\partial g}{\partial \bar{y}}\,\bar{g} = 3x^2\,\bar{g}, \qquad
-        \frac{\partial g}{\partial x}\,\bar{g} = 6x\,\bar{y}\,\bar{g},
-
-    written with differentiable torch ops on saved inputs, so third and higher derivatives of
-    :class:`Cube` work as well.
+    Saves both inputs. Backward returns ∂g/∂grad_out · ḡ = 3x² · ḡ and
+    ∂g/∂x · ḡ = 6x · grad_out · ḡ, torch ops on saved inputs: so third and
+    higher derivatives of Cube work too.
     """
 
     @staticmethod
@@ -85,6 +77,8 @@ class CubeBackward(torch.autograd.Function):
         return cube_backward_numpy(grad_out, x)
 
     @staticmethod
-    def backward(ctx: Any, grad_grad_x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def backward(
+        ctx: Any, grad_grad_x: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         grad_out, x = ctx.saved_tensors
         return grad_grad_x * 3 * x**2, grad_grad_x * grad_out * 6 * x

@@ -1,0 +1,112 @@
+"""Sphinx configuration for the double-backward site."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import double_backward
+
+DOCS = Path(__file__).parent
+sys.path.insert(0, str(DOCS))  # for offline_inventory, which lives beside this file
+
+from offline_inventory import write_inventories  # noqa: E402
+
+# -- Project -------------------------------------------------------------------
+project = "double-backward"
+author = "The double-backward developers"
+copyright = "2026, The double-backward developers"
+release = version = double_backward.__version__
+
+# -- General -------------------------------------------------------------------
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.intersphinx",
+    "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",  # serves MathJax from _static: no CDN
+    "sphinx_copybutton",
+    "sphinx_gallery.gen_gallery",
+]
+exclude_patterns = ["_build", "auto_examples/*.ipynb", "auto_examples/*.py", "**.zip"]
+nitpicky = True
+myst_heading_anchors = 3
+myst_enable_extensions = ["colon_fence", "dollarmath"]
+
+# -- Cross-references, offline ---------------------------------------------------
+# Inventories are written locally from offline_inventory.py; nothing is fetched at build time.
+intersphinx_mapping = write_inventories(DOCS / "_build" / "inventories")
+
+# -- Autodoc -------------------------------------------------------------------
+autodoc_member_order = "bysource"
+autodoc_typehints = "signature"
+# forward/backward would otherwise inherit torch.autograd.Function's long docstrings.
+autodoc_inherit_docstrings = False
+autodoc_default_options = {"show-inheritance": True}
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+
+
+# -- Gallery ---------------------------------------------------------------------
+def _rerun_examples_if_package_changed(package_dir: Path, gallery_dir: Path) -> None:
+    """Make sphinx-gallery re-run every example when the package source has changed.
+
+    sphinx-gallery skips an example whose own file is unchanged (it keeps an .md5 beside
+    the output), but the examples' output depends on double_backward too: when its source
+    hash differs from the last build's, drop those .md5 files. Drop the generated .rst
+    files as well: a graph can change while its page's text does not, and Sphinx only
+    re-copies the images of pages it rewrites.
+    """
+    digest = hashlib.sha256()
+    for path in sorted(package_dir.rglob("*.py")):
+        digest.update(path.relative_to(package_dir).as_posix().encode())
+        digest.update(path.read_bytes())
+    stamp = gallery_dir / ".package-sha256"
+    if stamp.exists() and stamp.read_text() == digest.hexdigest():
+        return
+    for generated in [*gallery_dir.glob("*.md5"), *gallery_dir.glob("plot_*.rst")]:
+        generated.unlink()
+    gallery_dir.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(digest.hexdigest())
+
+
+_rerun_examples_if_package_changed(
+    Path(double_backward.__file__).parent, DOCS / "auto_examples"
+)
+
+sphinx_gallery_conf = {
+    "examples_dirs": ["../examples"],
+    "gallery_dirs": ["auto_examples"],
+    "filename_pattern": r"/plot_",  # execute every plot_*.py script
+    "within_subsection_order": "FileNameSortKey",  # plot_01_..., plot_02_...: reading order
+    "image_scrapers": ("double_backward.scraper.graphviz_scraper",),
+    "reset_modules": (),  # the default resets matplotlib, which the examples do not use
+    # A graph on a cell's last line would otherwise print as "<graphviz...Digraph object at 0x...>".
+    "capture_repr": (),
+    "abort_on_example_error": True,  # an example that raises fails the build
+    "doc_module": ("double_backward",),
+    "backreferences_dir": "gen_modules/backreferences",
+    "inspect_global_variables": True,
+    "remove_config_comments": True,
+    "first_notebook_cell": "%pip install double-backward",
+    # Stable output: no per-example timing line, no computation-times page.
+    "min_reported_time": float("inf"),
+    "write_computation_times": False,
+    "show_memory": False,
+    "show_signature": False,
+}
+
+# -- HTML --------------------------------------------------------------------------
+html_theme = "furo"
+html_title = "double-backward"
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]
+html_favicon = "_static/favicon.svg"
+html_last_updated_fmt = None
+html_show_sourcelink = False
+html_copy_source = False
+html_theme_options = {"navigation_with_keys": True}
+copybutton_prompt_text = r">>> |\.\.\. |\$ "
+copybutton_prompt_is_regexp = True

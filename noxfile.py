@@ -93,3 +93,11 @@ def serve(session: nox.Session) -> None:
         str(DOCS_OUT),
         *session.posargs,
     )
+
+
+@nox.session(reuse_venv=True)
+def bench(session: nox.Session) -> None:
+    """Time clean, no-change and one-edit docs builds against the examples run alone."""
+    require_graphviz(session)
+    install(session, "docs")
+    session.run("python", "benchmarks/docs_build.py", *session.posargs)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from importlib.metadata import version as installed_version
+from importlib.util import find_spec
 from pathlib import Path
-
-import double_backward
 
 DOCS = Path(__file__).parent
 sys.path.insert(0, str(DOCS))  # for offline_inventory, which lives beside this file
@@ -17,7 +17,7 @@ from offline_inventory import write_inventories  # noqa: E402
 project = "double-backward"
 author = "The double-backward developers"
 copyright = "2026, The double-backward developers"
-release = version = double_backward.__version__
+release = version = installed_version("double-backward")
 
 # -- General -------------------------------------------------------------------
 extensions = [
@@ -50,20 +50,19 @@ napoleon_numpy_docstring = False
 
 
 # -- Gallery ---------------------------------------------------------------------
-def _rerun_examples_if_package_changed(package_dir: Path, gallery_dir: Path) -> None:
-    """Make sphinx-gallery re-run every example when the package source has changed.
+def _rerun_examples_if_changed(inputs: list[Path], gallery_dir: Path) -> None:
+    """Make sphinx-gallery re-run every example when the package or this file changed.
 
     sphinx-gallery skips an example whose own file is unchanged (it keeps an .md5 beside
-    the output), but the examples' output depends on double_backward too: when its source
-    hash differs from the last build's, drop those .md5 files. Drop the generated .rst
-    files as well: a graph can change while its page's text does not, and Sphinx only
-    re-copies the images of pages it rewrites.
+    the output), but the output also depends on double_backward and on this configuration
+    (the notebooks' first cell, say): when their hash differs from the last build's, drop
+    those .md5 files. Drop the generated .rst files as well: a graph can change while its
+    page's text does not, and Sphinx only re-copies the images of pages it rewrites.
     """
     digest = hashlib.sha256()
-    for path in sorted(package_dir.rglob("*.py")):
-        digest.update(path.relative_to(package_dir).as_posix().encode())
-        digest.update(path.read_bytes())
-    stamp = gallery_dir / ".package-sha256"
+    for path in inputs:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    stamp = gallery_dir / ".inputs-sha256"
     if stamp.exists() and stamp.read_text() == digest.hexdigest():
         return
     for generated in [*gallery_dir.glob("*.md5"), *gallery_dir.glob("plot_*.rst")]:
@@ -72,8 +71,10 @@ def _rerun_examples_if_package_changed(package_dir: Path, gallery_dir: Path) -> 
     stamp.write_text(digest.hexdigest())
 
 
-_rerun_examples_if_package_changed(
-    Path(double_backward.__file__).parent, DOCS / "auto_examples"
+# Located, not imported: importing the package would import torch on every build.
+_PACKAGE_DIR = Path(find_spec("double_backward").origin).parent
+_rerun_examples_if_changed(
+    [*sorted(_PACKAGE_DIR.rglob("*.py")), Path(__file__)], DOCS / "auto_examples"
 )
 
 sphinx_gallery_conf = {
@@ -90,7 +91,12 @@ sphinx_gallery_conf = {
     "backreferences_dir": "gen_modules/backreferences",
     "inspect_global_variables": True,
     "remove_config_comments": True,
-    "first_notebook_cell": "%pip install double-backward",
+    # Notebooks install the package they import, unless it is there already.
+    "first_notebook_cell": (
+        "import importlib.util\n"
+        "if importlib.util.find_spec('double_backward') is None:\n"
+        "    %pip install double-backward"
+    ),
     # Stable output: no per-example timing line, no computation-times page.
     "min_reported_time": float("inf"),
     "write_computation_times": False,
@@ -106,6 +112,9 @@ html_css_files = ["custom.css"]
 html_favicon = "_static/favicon.svg"
 html_last_updated_fmt = None
 html_show_sourcelink = False
+# No general index or module index pages: search covers them, and each rebuild skips them.
+html_use_index = False
+html_domain_indices = False
 html_copy_source = False
 html_theme_options = {"navigation_with_keys": True}
 copybutton_prompt_text = r">>> |\.\.\. |\$ "

@@ -1,0 +1,149 @@
+"""Measure the docs build side by side: clean, no-change, one example edited, standalone.
+
+Run by ``nox -s bench``. Each round, in a scratch copy of the repository, times:
+
+- ``clean``: a docs build from nothing (every example executed);
+- ``no_change``: the same build again with nothing changed;
+- ``one_edit``: a rebuild after editing one example;
+- ``standalone``: every example script run alone with ``python``, summed;
+- ``plain``: a Sphinx build of the same pages without executing examples
+  (``-D plot_gallery=0``).
+
+It prints the median of each over the rounds and the ratios the project targets, and
+checks from sphinx-gallery's own report how many examples each build executed. Absolute
+times depend on the machine; the ratios, measured side by side, are what to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EDITED_EXAMPLE = "plot_02_saving_outputs.py"
+EXECUTED = re.compile(r"successfully executed (\d+) out of (\d+) file")
+
+
+def copy_repository(destination: Path) -> Path:
+    """Copy the sources the docs build reads, without build outputs."""
+    ignore = shutil.ignore_patterns(
+        ".git",
+        ".nox",
+        "_build",
+        "auto_examples",
+        "gen_modules",
+        "__pycache__",
+        "*.egg-info",
+    )
+    for name in ("docs", "examples", "src"):
+        shutil.copytree(ROOT / name, destination / name, ignore=ignore)
+    return destination
+
+
+def timed(command: list[str], cwd: Path) -> tuple[float, str]:
+    start = time.perf_counter()
+    result = subprocess.run(
+        command, cwd=cwd, capture_output=True, text=True, check=False
+    )
+    elapsed = time.perf_counter() - start
+    if result.returncode != 0:
+        sys.exit(
+            f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
+    return elapsed, result.stdout + result.stderr
+
+
+def sphinx(tree: Path, out: str, *extra: str) -> tuple[float, int]:
+    """Build tree/docs into tree/out; return seconds and how many examples were executed."""
+    command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-b", "html"]
+    seconds, output = timed([*command, *extra, "docs", out], tree)
+    match = EXECUTED.search(output)
+    return seconds, int(match[1]) if match else 0
+
+
+def one_round(tree: Path) -> dict[str, float]:
+    for generated in ("docs/_build", "docs/auto_examples", "docs/gen_modules"):
+        shutil.rmtree(tree / generated, ignore_errors=True)
+    figures: dict[str, float] = {}
+
+    figures["clean"], executed = sphinx(tree, "docs/_build/html")
+    total = len(list((tree / "examples").glob("plot_*.py")))
+    assert executed == total, f"clean build executed {executed} of {total} examples"
+
+    figures["no_change"], executed = sphinx(tree, "docs/_build/html")
+    assert executed == 0, f"no-change rebuild executed {executed} examples"
+
+    with open(tree / "examples" / EDITED_EXAMPLE, "a") as example:
+        example.write("\n# An edit made by the benchmark.\n")
+    figures["one_edit"], executed = sphinx(tree, "docs/_build/html")
+    assert executed == 1, f"rebuild after one edit executed {executed} examples"
+
+    figures["standalone"] = sum(
+        timed([sys.executable, script.name], script.parent)[0]
+        for script in sorted((tree / "examples").glob("plot_*.py"))
+    )
+    shutil.rmtree(tree / "docs" / "auto_examples")
+    figures["plain"], executed = sphinx(
+        tree, "docs/_build/plain", "-D", "plot_gallery=0"
+    )
+    assert executed == 0, f"plot_gallery=0 executed {executed} examples"
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds to take medians over"
+    )
+    args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+
+    rounds = []
+    with tempfile.TemporaryDirectory(prefix="double-backward-bench-") as scratch:
+        for number in range(args.rounds):
+            tree = copy_repository(Path(scratch) / f"round{number}")
+            rounds.append(one_round(tree))
+            print(
+                f"round {number + 1}: "
+                + ", ".join(f"{k} {v:.2f} s" for k, v in rounds[-1].items())
+            )
+
+    median = {name: statistics.median(r[name] for r in rounds) for name in rounds[0]}
+    ratios = {
+        "no_change / clean": (median["no_change"] / median["clean"], 0.15),
+        "one_edit / clean": (median["one_edit"] / median["clean"], None),
+        "clean / (standalone + plain)": (
+            median["clean"] / (median["standalone"] + median["plain"]),
+            1.5,
+        ),
+    }
+    cpu = os.cpu_count()
+    print(
+        f"\nmedians over {args.rounds} rounds ({cpu} CPUs, Python {sys.version.split()[0]}):"
+    )
+    for name, seconds in median.items():
+        print(f"  {name:12} {seconds:7.2f} s")
+    print("ratios (target):")
+    for name, (ratio, target) in ratios.items():
+        verdict = (
+            ""
+            if target is None
+            else f"  (<= {target}: {'met' if ratio <= target else 'MISSED'})"
+        )
+        print(f"  {name:30} {ratio:5.2f}{verdict}")
+    print(
+        "examples executed: clean = all, no_change = 0, one_edit = 1 (checked each round)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -21,6 +21,10 @@ CONSTRAINTS = os.environ.get(
     "DOUBLE_BACKWARD_CONSTRAINTS", str(ROOT / "constraints.txt")
 )
 DOCS_OUT = ROOT / "docs" / "_build" / "html"
+# Beside the HTML, not inside it: the HTML tree holds only what is served.
+DOCTREES = ROOT / "docs" / "_build" / "doctrees"
+SPHINX_BUILD = ("sphinx-build", "-W", "--keep-going", "-n", "-b", "html", "-d", str(DOCTREES),
+                "docs", str(DOCS_OUT))  # fmt: skip
 
 
 def install(session: nox.Session, *groups: str) -> None:
@@ -57,17 +61,7 @@ def docs(session: nox.Session) -> None:
     """Build the HTML docs, executing every example. Extra arguments go to sphinx-build."""
     require_graphviz(session)
     install(session, "docs")
-    session.run(
-        "sphinx-build",
-        "-W",
-        "--keep-going",
-        "-n",
-        "-b",
-        "html",
-        "docs",
-        str(DOCS_OUT),
-        *session.posargs,
-    )
+    session.run(*SPHINX_BUILD, *session.posargs)
 
 
 @nox.session(reuse_venv=True)
@@ -75,24 +69,15 @@ def serve(session: nox.Session) -> None:
     """Preview the docs at http://127.0.0.1:8000, rebuilding when a page or example changes."""
     require_graphviz(session)
     install(session, "serve")
+    watch_and_ignore = (
+        "--watch", "examples", "--watch", "src",
+        "--ignore", str(ROOT / "docs" / "auto_examples"),
+        "--ignore", str(ROOT / "docs" / "gen_modules"),
+    )  # fmt: skip
     session.run(
-        "sphinx-autobuild",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "8000",
-        "--watch",
-        "examples",
-        "--watch",
-        "src",
-        "--ignore",
-        str(ROOT / "docs" / "auto_examples"),
-        "--ignore",
-        str(ROOT / "docs" / "gen_modules"),
-        "docs",
-        str(DOCS_OUT),
-        *session.posargs,
-    )
+        "sphinx-autobuild", "--host", "127.0.0.1", "--port", "8000", *watch_and_ignore,
+        "-d", str(DOCTREES), "docs", str(DOCS_OUT), *session.posargs,
+    )  # fmt: skip
 
 
 @nox.session(reuse_venv=True)
@@ -101,3 +86,29 @@ def bench(session: nox.Session) -> None:
     require_graphviz(session)
     install(session, "docs")
     session.run("python", "benchmarks/docs_build.py", *session.posargs)
+
+
+RUNTIME_VENV = ROOT / ".nox" / "site-runtime"
+
+
+@nox.session(reuse_venv=True)
+def site(session: nox.Session) -> None:
+    """Check the built site as readers meet it: browser, accessibility, links, HTML, downloads.
+
+    Run after `nox -s docs`. Needs Debian's chromium, Java and npm (see .ci/run). Everything
+    is installed first, so the checks themselves run offline: `nox -s site --install-only`,
+    then `nox -R -s site` with no network.
+    """
+    install(session, "site")
+    session.run_install("npm", "ci", "--no-audit", "--no-fund", external=True)
+    # A venv with only the package and its runtime dependencies, for the downloaded scripts.
+    session.run_install("python", "-m", "venv", "--clear", str(RUNTIME_VENV))
+    runtime_python = RUNTIME_VENV / "bin" / "python"
+    session.run_install(
+        str(runtime_python), "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS, ".",
+        external=True,
+    )  # fmt: skip
+    session.run(
+        "pytest", "site_tests", *session.posargs,
+        env={"DOUBLE_BACKWARD_RUNTIME_PYTHON": str(runtime_python)},
+    )  # fmt: skip

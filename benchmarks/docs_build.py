@@ -27,46 +27,32 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from scratch_docs import build_html, copy_sources  # noqa: E402
+
 EDITED_EXAMPLE = "plot_02_saving_outputs.py"
 EXECUTED = re.compile(r"successfully executed (\d+) out of (\d+) file")
 
 
-def copy_repository(destination: Path) -> Path:
-    """Copy the sources the docs build reads, without build outputs."""
-    ignore = shutil.ignore_patterns(
-        ".git",
-        ".nox",
-        "_build",
-        "auto_examples",
-        "gen_modules",
-        "__pycache__",
-        "*.egg-info",
-    )
-    for name in ("docs", "examples", "src"):
-        shutil.copytree(ROOT / name, destination / name, ignore=ignore)
-    return destination
-
-
-def timed(command: list[str], cwd: Path) -> tuple[float, str]:
-    start = time.perf_counter()
-    result = subprocess.run(
-        command, cwd=cwd, capture_output=True, text=True, check=False
-    )
-    elapsed = time.perf_counter() - start
-    if result.returncode != 0:
-        sys.exit(
-            f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-        )
-    return elapsed, result.stdout + result.stderr
-
-
 def sphinx(tree: Path, out: str, *extra: str) -> tuple[float, int]:
     """Build tree/docs into tree/out; return seconds and how many examples were executed."""
-    command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-b", "html"]
-    seconds, output = timed([*command, *extra, "docs", out], tree)
-    match = EXECUTED.search(output)
+    start = time.perf_counter()
+    result = build_html(tree, out, *extra)
+    seconds = time.perf_counter() - start
+    match = EXECUTED.search(result.stdout + result.stderr)
     return seconds, int(match[1]) if match else 0
+
+
+def run_alone(script: Path) -> float:
+    """Seconds to run one example script with plain python, from its own folder."""
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, script.name],
+        cwd=script.parent,
+        check=True,
+        capture_output=True,
+    )
+    return time.perf_counter() - start
 
 
 def one_round(tree: Path) -> dict[str, float]:
@@ -87,8 +73,7 @@ def one_round(tree: Path) -> dict[str, float]:
     assert executed == 1, f"rebuild after one edit executed {executed} examples"
 
     figures["standalone"] = sum(
-        timed([sys.executable, script.name], script.parent)[0]
-        for script in sorted((tree / "examples").glob("plot_*.py"))
+        run_alone(script) for script in sorted((tree / "examples").glob("plot_*.py"))
     )
     shutil.rmtree(tree / "docs" / "auto_examples")
     figures["plain"], executed = sphinx(
@@ -110,7 +95,7 @@ def main() -> None:
     rounds = []
     with tempfile.TemporaryDirectory(prefix="double-backward-bench-") as scratch:
         for number in range(args.rounds):
-            tree = copy_repository(Path(scratch) / f"round{number}")
+            tree = copy_sources(Path(scratch) / f"round{number}")
             rounds.append(one_round(tree))
             print(
                 f"round {number + 1}: "

@@ -9,7 +9,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 DOCS = Path(__file__).parent
-sys.path.insert(0, str(DOCS))  # for offline_inventory, which lives beside this file
+sys.path.insert(0, str(DOCS))  # for the helper modules beside this file
 
 from offline_inventory import write_inventories  # noqa: E402
 
@@ -29,6 +29,8 @@ extensions = [
     "sphinx-mathjax-offline",  # serves MathJax from _static: no CDN
     "sphinx_copybutton",
     "sphinx_gallery.gen_gallery",
+    "reproducible_zips",  # beside this file: deterministic download zips
+    "html_fixes",  # beside this file: ARIA and validity fixes to generated HTML
 ]
 exclude_patterns = ["_build", "auto_examples/*.ipynb", "auto_examples/*.py", "**.zip"]
 nitpicky = True
@@ -109,6 +111,7 @@ html_theme = "furo"
 html_title = "double-backward"
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
+html_js_files = ["focusable-code.js"]
 html_favicon = "_static/favicon.svg"
 html_last_updated_fmt = None
 html_show_sourcelink = False

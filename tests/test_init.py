@@ -13,6 +13,7 @@ from double_backward import saving_inputs
 
 def test_top_level_names_are_the_defining_modules_objects():
     assert double_backward.Square is saving_inputs.Square
+    assert sorted(double_backward.__all__) == sorted(double_backward._EXPORTS)
     assert set(double_backward.__all__) <= set(dir(double_backward))
 
 
@@ -23,5 +24,7 @@ def test_unknown_name_raises_attribute_error():
 
 def test_importing_the_scraper_does_not_import_torch():
     code = "import sys, double_backward.scraper; print('torch' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True
+    )
     assert result.stdout.strip() == "False", result.stderr

@@ -1,0 +1,245 @@
+"""Checks of a built site, each returning the problems it found (an empty list: none).
+
+Each check is a plain function so that the tests can run it twice: on the real site, where
+it must find nothing, and on a deliberately broken copy, where it must find the breakage.
+"""
+
+from __future__ import annotations
+
+import csv
+import filecmp
+import functools
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from playwright.sync_api import Browser, Page, Route
+
+ROOT = Path(__file__).resolve().parents[1]
+AXE_JS = ROOT / "node_modules" / "axe-core" / "axe.min.js"
+VNU_JAR = ROOT / "node_modules" / "vnu-jar" / "build" / "dist" / "vnu.jar"
+
+# Chromium as the issue prescribes: Debian's build, no sandbox (root), no background traffic.
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]  # fmt: skip
+
+# Nu validator messages that are wrong about our pages, each with the reason it is wrong.
+VNU_FALSE_POSITIVES: dict[str, str] = {}
+
+
+def html_pages(site: Path) -> list[Path]:
+    """Every HTML page of the site, in a stable order."""
+    return sorted(site.rglob("*.html"))
+
+
+def page_url(base_url: str, site: Path, page: Path) -> str:
+    return f"{base_url}/{page.relative_to(site).as_posix()}"
+
+
+def _load_images(page: Page) -> list[str]:
+    """Make every image load (lazy ones too); return the sources that did not decode."""
+    return page.evaluate(
+        """async () => {
+            const broken = [];
+            for (const img of Array.from(document.images)) {
+                img.loading = "eager";
+                try { await img.decode(); }
+                catch (e) { broken.push(img.currentSrc || img.src); continue; }
+                if (img.naturalWidth === 0 || img.naturalHeight === 0) broken.push(img.src);
+            }
+            return broken;
+        }"""
+    )
+
+
+def _local_only(local_host: str, url: str, problems: list[str], route: Route) -> None:
+    target = urlsplit(route.request.url)
+    if target.scheme in ("http", "https") and target.netloc != local_host:
+        problems.append(
+            f"{url}: request to another host (blocked): {route.request.url}"
+        )
+        route.abort()
+    else:
+        route.continue_()
+
+
+def browser_problems(browser: Browser, urls: list[str]) -> list[str]:
+    """Console errors, page errors, failed or >= 400 requests, other hosts, broken images."""
+    problems: list[str] = []
+    for url in urls:
+        local_host = urlsplit(url).netloc
+        page = browser.new_page()
+        page.on(
+            "console",
+            lambda m, u=url: (
+                m.type == "error" and problems.append(f"{u}: console: {m.text}")
+            ),
+        )
+        page.on("pageerror", lambda e, u=url: problems.append(f"{u}: page error: {e}"))
+        page.on(
+            "requestfailed",
+            lambda r, u=url: problems.append(
+                f"{u}: failed request {r.url} ({r.failure})"
+            ),
+        )
+        page.on(
+            "response",
+            lambda r, u=url: (
+                r.status >= 400 and problems.append(f"{u}: {r.status} {r.url}")
+            ),
+        )
+        # Requests to any other host are recorded and aborted before they leave the machine.
+        page.route("**/*", functools.partial(_local_only, local_host, url, problems))
+        page.goto(url, wait_until="load")
+        problems.extend(
+            f"{url}: image did not decode: {src}" for src in _load_images(page)
+        )
+        page.wait_for_load_state("networkidle")
+        page.close()
+    return problems
+
+
+def search_results(browser: Browser, base_url: str, query: str) -> list[str]:
+    """The page titles the site's search lists for ``query``."""
+    page = browser.new_page()
+    page.goto(f"{base_url}/search.html?q={query}", wait_until="load")
+    # searchtools.js writes a summary paragraph when the search has finished.
+    page.wait_for_selector("#search-results p.search-summary", timeout=20_000)
+    titles = page.locator("#search-results ul.search li > a").all_inner_texts()
+    page.close()
+    return titles
+
+
+def axe_problems(browser: Browser, urls: list[str]) -> list[str]:
+    """Serious or critical axe-core violations on each page."""
+    problems = []
+    for url in urls:
+        page = browser.new_page()
+        page.goto(url, wait_until="load")
+        page.add_script_tag(path=str(AXE_JS))
+        results = page.evaluate("async () => await axe.run(document)")
+        for violation in results["violations"]:
+            if violation["impact"] in ("serious", "critical"):
+                targets = [node["target"] for node in violation["nodes"]][:3]
+                problems.append(
+                    f"{url}: {violation['id']} ({violation['impact']}): {targets}"
+                )
+        page.close()
+    return problems
+
+
+def link_problems(base_url: str, urls: list[str]) -> list[str]:
+    """Broken internal links and anchors, by LinkChecker with its AnchorCheck plugin.
+
+    The site is checked as served (LinkChecker, run as root, drops to user nobody, who may
+    not read the build folder). Every page is a start URL of its own (an orphan page would
+    otherwise not be visited), checked one level deep: LinkChecker caches a page once checked
+    and then skips the anchors of later links to it, so one run over all pages would miss
+    them. A bad anchor is a warning in LinkChecker's terms; here warnings count as problems.
+    URLs outside the site are ignored, never fetched.
+    """
+    outside = "^(?!" + re.escape(base_url + "/") + ")"
+    command = [sys.executable, "-m", "linkcheck", "--no-status", "--recursion-level", "1",
+               "--ignore-url", outside, "--output", "csv"]  # fmt: skip
+    with tempfile.TemporaryDirectory() as home:
+        config = Path(home) / "linkcheckerrc"
+        config.write_text("[AnchorCheck]\n")
+        command += ["--config", str(config)]
+        os.chmod(home, 0o755)  # readable by nobody
+
+        def check(url: str) -> list[str]:
+            result = subprocess.run([*command, url], capture_output=True, text=True)
+            lines = [
+                line for line in result.stdout.splitlines() if not line.startswith("#")
+            ]
+            found = [
+                f"{row['parentname']}: {row['urlname']}: {row['warningstring'] or row['result']}"
+                for row in csv.DictReader(lines, delimiter=";")
+                if row["warningstring"] or row["valid"] != "True"
+            ]
+            if result.returncode != 0 and not found:
+                found.append(
+                    f"{url}: linkchecker exited {result.returncode}: {result.stderr}"
+                )
+            return found
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            return [problem for found in pool.map(check, urls) for problem in found]
+
+
+def html_validation_problems(site: Path) -> list[str]:
+    """Errors the Nu HTML checker reports on our pages, minus listed false positives."""
+    command = ["java", "-jar", str(VNU_JAR), "--errors-only", "--format", "json"]
+    result = subprocess.run(
+        [*command, *map(str, html_pages(site))], capture_output=True, text=True
+    )
+    messages = json.loads(result.stderr or '{"messages": []}')["messages"]
+    return [
+        f"{Path(m.get('url', '')).name}:{m.get('lastLine', '?')}: {m['message']}"
+        for m in messages
+        if m.get("type") == "error" and m["message"] not in VNU_FALSE_POSITIVES
+    ]
+
+
+def tree_differences(first: Path, second: Path) -> list[str]:
+    """Files that differ between two directory trees, or exist in only one of them."""
+    differences = []
+    pending = [filecmp.dircmp(first, second)]
+    while pending:
+        comparison = pending.pop()
+        here = Path(comparison.left).relative_to(first)
+        differences += [f"only in first: {here / n}" for n in comparison.left_only]
+        differences += [f"only in second: {here / n}" for n in comparison.right_only]
+        for name in comparison.common_files:
+            if (Path(comparison.left) / name).read_bytes() != (
+                Path(comparison.right) / name
+            ).read_bytes():
+                differences.append(f"differs: {here / name}")
+        pending += comparison.subdirs.values()
+    return sorted(differences)
+
+
+def script_problems(python: Path, scripts: list[Path]) -> list[str]:
+    """Scripts that fail when run with ``python`` from their own folder."""
+    problems = []
+    for script in scripts:
+        result = subprocess.run(
+            [str(python), script.name],
+            cwd=script.parent,
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            problems.append(
+                f"{script.name}: exit {result.returncode}: {result.stderr[-1500:]}"
+            )
+    return problems
+
+
+def notebook_problems(notebooks: list[Path], kernel_name: str = "python3") -> list[str]:
+    """Notebooks that do not execute cleanly with nbclient."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    problems = []
+    for path in notebooks:
+        notebook = nbformat.read(path, as_version=4)
+        client = NotebookClient(
+            notebook, timeout=600, kernel_name=kernel_name,
+            resources={"metadata": {"path": str(path.parent)}},
+        )  # fmt: skip
+        try:
+            client.execute()
+        except CellExecutionError as error:
+            problems.append(f"{path.name}: {str(error)[-1500:]}")
+    return problems

@@ -1,0 +1,117 @@
+"""Each site check, run on a deliberately broken copy of the site, must report the breakage."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nbformat
+
+from .checks import (
+    axe_problems,
+    browser_problems,
+    html_validation_problems,
+    link_problems,
+    notebook_problems,
+    script_problems,
+    search_results,
+    tree_differences,
+)
+
+EXAMPLE_PAGE = "auto_examples/plot_01_saving_inputs.html"
+
+
+def inject(page: Path, html: str) -> None:
+    """Insert ``html`` just before ``</body>``."""
+    text = page.read_text()
+    assert "</body>" in text
+    page.write_text(text.replace("</body>", f"{html}</body>", 1))
+
+
+def test_browser_check_catches_a_deleted_svg(broken_site, broken_base_url, browser):
+    page = broken_site / EXAMPLE_PAGE
+    text = page.read_text()
+    svg = next(
+        name for name in text.split('"') if "_images/" in name and name.endswith(".svg")
+    )
+    (page.parent / svg).resolve().unlink()
+    problems = browser_problems(browser, [f"{broken_base_url}/{EXAMPLE_PAGE}"])
+    assert any(" 404 " in p and p.endswith(".svg") for p in problems), problems
+    assert any("image did not decode" in p for p in problems), problems
+
+
+def test_browser_check_catches_a_script_error(broken_site, broken_base_url, browser):
+    inject(
+        broken_site / "index.html",
+        "<script>throw new Error('injected failure')</script>",
+    )
+    problems = browser_problems(browser, [f"{broken_base_url}/index.html"])
+    assert any("page error" in p and "injected failure" in p for p in problems), (
+        problems
+    )
+
+
+def test_browser_check_catches_and_blocks_an_external_script(
+    broken_site, broken_base_url, browser
+):
+    # A reserved, never-resolving name; the check aborts the request before it is sent.
+    inject(
+        broken_site / "index.html",
+        '<script src="https://cdn.example.invalid/x.js"></script>',
+    )
+    problems = browser_problems(browser, [f"{broken_base_url}/index.html"])
+    assert any("request to another host (blocked)" in p for p in problems), problems
+
+
+def test_search_check_catches_an_empty_search_index(
+    broken_site, broken_base_url, browser
+):
+    index = broken_site / "searchindex.js"
+    index.write_text(
+        'Search.setIndex({"docnames": [], "filenames": [], "titles": [], '
+        '"terms": {}, "titleterms": {}, "objects": {}, "objnames": {}, '
+        '"objtypes": {}, "envversion": {}, "alltitles": {}, "indexentries": {}})'
+    )
+    assert search_results(browser, broken_base_url, "save_for_backward") == []
+
+
+def test_accessibility_check_catches_an_image_without_alt(
+    broken_site, broken_base_url, browser
+):
+    inject(broken_site / "index.html", '<img src="_static/favicon.svg">')
+    problems = axe_problems(browser, [f"{broken_base_url}/index.html"])
+    assert any("image-alt" in p for p in problems), problems
+
+
+def test_link_check_catches_a_broken_anchor(broken_site, broken_base_url):
+    inject(broken_site / "index.html", '<a href="api.html#no-such-anchor">broken</a>')
+    problems = link_problems(broken_base_url, [f"{broken_base_url}/index.html"])
+    assert any("no-such-anchor" in p for p in problems), problems
+
+
+def test_html_check_catches_a_duplicate_id(broken_site):
+    inject(
+        broken_site / "index.html", '<span id="twice"></span><span id="twice"></span>'
+    )
+    problems = html_validation_problems(broken_site)
+    assert any("Duplicate ID" in p and "twice" in p for p in problems), problems
+
+
+def test_reproducibility_check_catches_a_changed_file(broken_site, site):
+    (broken_site / "index.html").write_text("changed")
+    assert tree_differences(site, broken_site) == ["differs: index.html"]
+
+
+def test_script_check_catches_a_failing_script(tmp_path):
+    script = tmp_path / "plot_broken.py"
+    script.write_text("raise RuntimeError('broken example')\n")
+    problems = script_problems(Path(shutil.which("python")), [script])
+    assert len(problems) == 1 and "broken example" in problems[0]
+
+
+def test_notebook_check_catches_a_failing_cell(tmp_path):
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 / 0")])
+    path = tmp_path / "broken.ipynb"
+    nbformat.write(notebook, path)
+    problems = notebook_problems([path])
+    assert len(problems) == 1 and "ZeroDivisionError" in problems[0]

@@ -1,0 +1,48 @@
+"""Build the docs in a scratch copy of the repository (used by the benchmark and site checks)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# The sources a docs build reads; build outputs are left behind.
+SOURCES = ("docs", "examples", "src")
+_IGNORE = shutil.ignore_patterns(
+    ".git",
+    ".nox",
+    "_build",
+    "auto_examples",
+    "gen_modules",
+    "__pycache__",
+    "*.egg-info",
+)
+
+
+def copy_sources(destination: Path) -> Path:
+    """Copy docs/, examples/ and src/ into ``destination`` and return it."""
+    for name in SOURCES:
+        shutil.copytree(ROOT / name, destination / name, ignore=_IGNORE)
+    return destination
+
+
+def build_html(
+    tree: Path, out: str, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the project's sphinx-build command on ``tree``/docs into ``tree``/``out``.
+
+    Doctrees go beside the HTML, not inside it, so the HTML tree holds only what is served.
+    Exits with the build's output when the build fails.
+    """
+    command = [
+        sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-b", "html",
+        "-d", f"{out}.doctrees", *extra, "docs", out,
+    ]  # fmt: skip
+    result = subprocess.run(command, cwd=tree, capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        sys.exit(
+            f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
+    return result

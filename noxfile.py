@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import nox
@@ -112,3 +113,10 @@ def site(session: nox.Session) -> None:
         "pytest", "site_tests", *session.posargs,
         env={"DOUBLE_BACKWARD_RUNTIME_PYTHON": str(runtime_python)},
     )  # fmt: skip
+
+
+@nox.session(python=False)
+def audit(session: nox.Session) -> None:
+    """Lighthouse scores (mobile) of the index and every example page; run after `docs`."""
+    session.run_install("npm", "ci", "--no-audit", "--no-fund", external=True)
+    session.run(sys.executable, "tools/audit.py", *session.posargs, external=True)

@@ -31,6 +31,7 @@ extensions = [
     "sphinx_gallery.gen_gallery",
     "reproducible_zips",  # beside this file: deterministic download zips
     "html_fixes",  # beside this file: ARIA and validity fixes to generated HTML
+    "page_descriptions",  # beside this file: a meta description on every page
 ]
 exclude_patterns = ["_build", "auto_examples/*.ipynb", "auto_examples/*.py", "**.zip"]
 nitpicky = True
@@ -113,6 +114,7 @@ html_static_path = ["_static"]
 html_css_files = ["custom.css"]
 html_js_files = ["focusable-code.js"]
 html_favicon = "_static/favicon.svg"
+html_extra_path = ["robots.txt"]
 html_last_updated_fmt = None
 html_show_sourcelink = False
 # No general index or module index pages: search covers them, and each rebuild skips them.

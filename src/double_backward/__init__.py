@@ -7,6 +7,8 @@ One module per case of PyTorch's "Double Backward with Custom Functions" tutoria
 - :mod:`double_backward.saving_intermediates`: :class:`Sinh`, :func:`sinh`, :class:`SinhBad`
 - :mod:`double_backward.untracked_backward`: :class:`Cube`, :class:`CubeBackward`
 
+and :func:`check`, which tells whether your own Function supports double backward.
+
 The names are imported on first use, so that ``double_backward.scraper`` (which Sphinx
 loads on every build) does not pay for importing torch.
 """
@@ -27,10 +29,12 @@ _EXPORTS = {
     "sinh": "saving_intermediates",
     "Cube": "untracked_backward",
     "CubeBackward": "untracked_backward",
+    "check": "checker",
 }
-__all__ = ["Cube", "CubeBackward", "Exp", "Sinh", "SinhBad", "Square", "sinh"]
+__all__ = ["Cube", "CubeBackward", "Exp", "Sinh", "SinhBad", "Square", "check", "sinh"]
 
 if TYPE_CHECKING:
+    from .checker import check
     from .saving_inputs import Square
     from .saving_intermediates import Sinh, SinhBad, sinh
     from .saving_outputs import Exp

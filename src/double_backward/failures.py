@@ -1,0 +1,160 @@
+"""BROKEN on purpose, do not copy: the wrong patterns of the failure gallery.
+
+Each Function below computes the right value and the right first derivative; each gets the
+second derivative wrong in its own way. The site runs them to show the symptom, the tests
+pin each failure, and :func:`double_backward.check` must name each problem. The fixes are
+in :mod:`double_backward.saving_intermediates` and :mod:`double_backward.saving_inputs`.
+(Two more failures reuse other modules: :class:`double_backward.SinhBad`, which stashes
+intermediates on ``ctx``, and the old-style Functions under :mod:`torch.func`.)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from ._validation import check_real_tensor
+from .untracked_backward import cube_backward_numpy
+
+_LN_2 = math.log(2.0)
+
+
+def _half_exponentials(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.exp(x - _LN_2), torch.exp(-x - _LN_2)
+
+
+class SinhSavesIntermediate(torch.autograd.Function):
+    """BROKEN: saves intermediates with save_for_backward, but they are not outputs.
+
+    save_for_backward accepts them, yet they were made in no-grad mode and have no history,
+    so grad_x has no graph back to x, exactly as when they are stashed on ctx.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        check_real_tensor("SinhSavesIntermediate", "x", x)
+        half_exp_x, half_exp_neg_x = _half_exponentials(x)
+        ctx.save_for_backward(half_exp_x, half_exp_neg_x)  # the mistake
+        return half_exp_x - half_exp_neg_x
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> torch.Tensor:
+        half_exp_x, half_exp_neg_x = ctx.saved_tensors
+        return grad_out * (half_exp_x + half_exp_neg_x)
+
+
+class SinhNonDifferentiableExtras(torch.autograd.Function):
+    """BROKEN: returns the intermediates as outputs but marks them non-differentiable.
+
+    Marked non-differentiable, the saved outputs come back from ctx.saved_tensors without
+    history: first-order gradcheck passes, gradgradcheck fails.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor):
+        check_real_tensor("SinhNonDifferentiableExtras", "x", x)
+        half_exp_x, half_exp_neg_x = _half_exponentials(x)
+        ctx.save_for_backward(half_exp_x, half_exp_neg_x)
+        ctx.mark_non_differentiable(half_exp_x, half_exp_neg_x)  # the mistake
+        return half_exp_x - half_exp_neg_x, half_exp_x, half_exp_neg_x
+
+    @staticmethod
+    def backward(ctx: Any, grad_sinh, grad_half_exp_x, grad_half_exp_neg_x):
+        half_exp_x, half_exp_neg_x = ctx.saved_tensors
+        return grad_sinh * (half_exp_x + half_exp_neg_x)
+
+
+class SinhDropsExtraGrads(torch.autograd.Function):
+    """BROKEN: returns the intermediates as outputs, but backward ignores their gradients.
+
+    grad_x has a graph back to x, so nothing errors, but the second backward sends the
+    second derivative through the extra outputs and backward drops it: d²y/dx² comes out
+    as 0 instead of sinh x. Silently wrong.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor):
+        check_real_tensor("SinhDropsExtraGrads", "x", x)
+        half_exp_x, half_exp_neg_x = _half_exponentials(x)
+        ctx.save_for_backward(half_exp_x, half_exp_neg_x)
+        return half_exp_x - half_exp_neg_x, half_exp_x, half_exp_neg_x
+
+    @staticmethod
+    def backward(ctx: Any, grad_sinh, grad_half_exp_x, grad_half_exp_neg_x):
+        half_exp_x, half_exp_neg_x = ctx.saved_tensors
+        return grad_sinh * (
+            half_exp_x + half_exp_neg_x
+        )  # the mistake: extra grads dropped
+
+
+def sinh_drops_extra_grads(x: torch.Tensor) -> torch.Tensor:
+    """sinh x by :class:`SinhDropsExtraGrads` (first output only)."""
+    return SinhDropsExtraGrads.apply(x)[0]
+
+
+class SquareDetachesInBackward(torch.autograd.Function):
+    """BROKEN: detaches the saved input inside backward.
+
+    x.detach() cuts the path from grad_x back to x: the second derivative is lost (an
+    error, or zero when grad_out requires grad).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        check_real_tensor("SquareDetachesInBackward", "x", x)
+        ctx.save_for_backward(x)
+        return x**2
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return grad_out * 2 * x.detach()  # the mistake
+
+
+class SquareOnceDifferentiable(torch.autograd.Function):
+    """Honest, not broken: a backward that declares itself first-order only.
+
+    @once_differentiable runs backward in no-grad mode and makes any attempt to
+    differentiate its result raise an error, instead of returning a wrong answer.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        check_real_tensor("SquareOnceDifferentiable", "x", x)
+        ctx.save_for_backward(x)
+        return x**2
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_out: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return grad_out * 2 * x
+
+
+class CubeBackwardNumpyUnderVmap(torch.autograd.Function):
+    """BROKEN under vmap: a NumPy forward with generate_vmap_rule = True.
+
+    generate_vmap_rule runs forward on vmap's batched tensors, which NumPy cannot read. A
+    NumPy forward needs a hand-written vmap staticmethod, as in
+    :class:`double_backward.setup_context_style.CubeBackward`.
+    """
+
+    generate_vmap_rule = True  # the mistake
+
+    @staticmethod
+    def forward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return cube_backward_numpy(grad_out, x)
+
+    @staticmethod
+    def setup_context(
+        ctx: Any, inputs: tuple[torch.Tensor, torch.Tensor], output: Any
+    ) -> None:
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx: Any, grad_g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        grad_out, x = ctx.saved_tensors
+        return grad_g * 3 * x**2, grad_g * grad_out * 6 * x

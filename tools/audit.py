@@ -1,0 +1,79 @@
+"""Lighthouse scores of the built site, as a report (run by `nox -s audit` after `nox -s docs`).
+
+Serves docs/_build/html on 127.0.0.1, runs Lighthouse (npm, mobile preset) in Debian's
+Chromium on the index and every example page, and prints the four category scores per page.
+Scores are a report, not a gate: the command fails only when Lighthouse itself fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LIGHTHOUSE = ROOT / "node_modules" / ".bin" / "lighthouse"
+CATEGORIES = ("performance", "accessibility", "best-practices", "seo")
+CHROME_FLAGS = (
+    "--headless --no-sandbox --disable-gpu --disable-background-networking "
+    "--disable-component-update --disable-sync --no-first-run"
+)
+
+
+class QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+def audit(url: str, report: Path) -> dict[str, int]:
+    """Run Lighthouse on ``url``; return its category scores out of 100."""
+    command = [
+        str(LIGHTHOUSE), url, "--quiet", "--output=json", f"--output-path={report}",
+        f"--only-categories={','.join(CATEGORIES)}", f"--chrome-flags={CHROME_FLAGS}",
+    ]  # fmt: skip
+    env = {**os.environ, "CHROME_PATH": "/usr/bin/chromium"}
+    subprocess.run(command, check=True, env=env)
+    result = json.loads(report.read_text())
+    return {
+        name: round(result["categories"][name]["score"] * 100) for name in CATEGORIES
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--site", type=Path, default=ROOT / "docs" / "_build" / "html")
+    args = parser.parse_args()
+    if not (args.site / "index.html").is_file():
+        sys.exit(f"no built site at {args.site}: run `nox -s docs` first")
+    examples = sorted(args.site.glob("auto_examples/plot_*.html"))
+    pages = [
+        "index.html",
+        *(page.relative_to(args.site).as_posix() for page in examples),
+    ]
+
+    handler = functools.partial(QuietHandler, directory=str(args.site))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base_url = f"http://127.0.0.1:{server.server_address[1]}"
+    header = f"{'page':42}" + "".join(f"{name:>16}" for name in CATEGORIES)
+    print(header)
+    try:
+        with tempfile.TemporaryDirectory() as reports:
+            for number, page in enumerate(pages):
+                scores = audit(f"{base_url}/{page}", Path(reports) / f"{number}.json")
+                print(
+                    f"{page:42}" + "".join(f"{scores[name]:>16}" for name in CATEGORIES)
+                )
+    finally:
+        server.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -32,8 +32,15 @@ extensions = [
     "reproducible_zips",  # beside this file: deterministic download zips
     "html_fixes",  # beside this file: ARIA and validity fixes to generated HTML
     "page_descriptions",  # beside this file: a meta description on every page
+    "error_index",  # beside this file: the error table, from messages raised at build time
 ]
-exclude_patterns = ["_build", "auto_examples/*.ipynb", "auto_examples/*.py", "**.zip"]
+exclude_patterns = [
+    "_build",
+    "_generated",
+    "auto_examples/*.ipynb",
+    "auto_examples/*.py",
+    "**.zip",
+]
 nitpicky = True
 myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence", "dollarmath"]
@@ -47,6 +54,8 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 # forward/backward would otherwise inherit torch.autograd.Function's long docstrings.
 autodoc_inherit_docstrings = False
+# A class's signature (for dataclasses, every field and its default) is left out.
+autodoc_class_signature = "separated"
 autodoc_default_options = {"show-inheritance": True}
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False

@@ -34,6 +34,7 @@ _TORCH_GENERATED = [
     ("py:function", "torch.func.jvp"),
     ("py:function", "torch.func.vjp"),
     ("py:class", "torch.no_grad"),
+    ("py:method", "torch.autograd.function.FunctionCtx.save_for_forward"),
     ("py:class", "torch.enable_grad"),
     ("py:method", "torch.autograd.function.FunctionCtx.save_for_backward"),
     ("py:method", "torch.autograd.function.FunctionCtx.mark_non_differentiable"),
@@ -74,6 +75,7 @@ INVENTORIES = {
                 "autograd.html#torch.autograd.graph.saved_tensors_hooks",
             ),
             ("py:class", "torch.dtype", "tensor_attributes.html#torch.dtype"),
+            ("py:module", "torch.func", "func.html#module-torch.func"),
             ("py:class", "torch.device", "tensor_attributes.html#torch.device"),
             *(
                 (role, name, f"generated/{name}.html#{name}")
@@ -97,6 +99,11 @@ INVENTORIES = {
         "https://docs.python.org/3/",
         [
             ("py:data", "typing.Any", "library/typing.html#typing.Any"),
+            (
+                "py:class",
+                "collections.abc.Callable",
+                "library/collections.abc.html#collections.abc.Callable",
+            ),
             (
                 "py:class",
                 "collections.abc.Mapping",

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 import torch
 
 from double_backward import Cube, Exp, Square, sinh
+from double_backward.higher_orders import derivatives
 
 # Each correct Function of the tutorial next to the native op it must match, to every order.
 CORRECT_FUNCTIONS = [
@@ -17,24 +16,4 @@ CORRECT_FUNCTIONS = [
     pytest.param(Cube.apply, lambda x: x**3, id="Cube"),
 ]
 
-
-def derivatives(
-    fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, order: int
-):
-    """Return [f(x), f'(x), ..., f^(order)(x)] of an elementwise ``fn``, elementwise.
-
-    Each derivative is taken with ``create_graph=True`` from the previous one. A derivative that
-    no longer depends on ``x`` (no graph back to it) has derivative zero from then on.
-    """
-    x = x.detach().requires_grad_()
-    results = [fn(x)]
-    for _ in range(order):
-        current = results[-1]
-        if not current.requires_grad:
-            results.append(torch.zeros_like(x))
-            continue
-        (grad,) = torch.autograd.grad(
-            current.sum(), x, create_graph=True, allow_unused=True
-        )
-        results.append(torch.zeros_like(x) if grad is None else grad)
-    return results
+__all__ = ["CORRECT_FUNCTIONS", "derivatives"]

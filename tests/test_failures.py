@@ -69,3 +69,11 @@ def test_numpy_forward_with_generated_vmap_rule_fails_under_vmap():
     # The hand-written vmap rule of the fixed version handles the same call.
     result = torch.func.vmap(setup_context_style.CubeBackward.apply)(batch, batch)
     torch.testing.assert_close(result, 3 * batch)
+
+
+def test_a_function_without_jvp_works_in_reverse_mode_but_not_in_forward_mode():
+    x = torch.tensor([0.5, -1.25], dtype=torch.float64)
+    square = failures.SquareWithoutJvp.apply
+    torch.testing.assert_close(torch.func.jacrev(square)(x), torch.diag(2 * x))
+    with pytest.raises(NotImplementedError, match="must implement the jvp function"):
+        torch.func.hessian(lambda t: square(t).sum())(x)

@@ -62,7 +62,7 @@ class Problem:
 
 @dataclasses.dataclass
 class Report:
-    """What :func:`check` found: ``problems`` (empty when all is well) and every result."""
+    """What ``check`` found: ``problems`` (empty when all is well) and every result."""
 
     function: str
     results: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -79,8 +79,11 @@ class Report:
     def __str__(self) -> str:
         lines = [f"double-backward check of {self.function}:"]
         lines += [f"  {name:26} {result}" for name, result in self.results.items()]
-        lines.append("  torch.func (reported, not required):")
-        lines += [f"    {name:24} {result}" for name, result in self.torch_func.items()]
+        if self.torch_func:
+            lines.append("  torch.func (reported, not required):")
+            lines += [
+                f"    {name:24} {result}" for name, result in self.torch_func.items()
+            ]
         if self.ok:
             lines.append("No problem found: double backward works.")
         else:
@@ -216,7 +219,12 @@ def check(
     name: str | None = None,
 ) -> Report:
     """Check that ``fn`` (a Function's ``apply``, or any function of tensors) supports
-    double backward at ``inputs``; return a :class:`Report`.
+    double backward at ``inputs``; return a ``Report``.
+
+    ``report.ok`` is true when nothing is wrong; ``report.problems`` lists each problem with
+    a plain-language ``diagnosis`` and the ``url`` of the page that explains the fix;
+    ``report.results`` and ``report.torch_func`` hold every check's outcome, and
+    ``print(report)`` shows them all.
 
     Inputs are copied to float64 and made to require grad. A Function returning several
     outputs (like :class:`~double_backward.Sinh`) is checked on all of them.

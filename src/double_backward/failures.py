@@ -3,7 +3,7 @@
 Each Function below computes the right value and the right first derivative; each gets the
 second derivative wrong in its own way. The site runs them to show the symptom, the tests
 pin each failure, and :func:`double_backward.check` must name each problem. The fixes are
-in :mod:`double_backward.saving_intermediates` and :mod:`double_backward.saving_inputs`.
+in ``double_backward.saving_intermediates`` and ``double_backward.saving_inputs``.
 (Two more failures reuse other modules: :class:`double_backward.SinhBad`, which stashes
 intermediates on ``ctx``, and the old-style Functions under :mod:`torch.func`.)
 """
@@ -158,3 +158,29 @@ class CubeBackwardNumpyUnderVmap(torch.autograd.Function):
     def backward(ctx: Any, grad_g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         grad_out, x = ctx.saved_tensors
         return grad_g * 3 * x**2, grad_g * grad_out * 6 * x
+
+
+class SquareWithoutJvp(torch.autograd.Function):
+    """Incomplete for forward mode: setup_context style, but no jvp staticmethod.
+
+    Reverse mode (backward, grad, jacrev, vmap) works; forward mode (jvp, jacfwd, and
+    hessian, which is jacfwd over jacrev) raises, as a Function must say how to push a
+    tangent forward. :class:`double_backward.setup_context_style.Square` adds the jvp.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return x**2
+
+    @staticmethod
+    def setup_context(
+        ctx: Any, inputs: tuple[torch.Tensor], output: torch.Tensor
+    ) -> None:
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return grad_out * 2 * x

@@ -1,0 +1,154 @@
+"""Write the error-message index's table from messages raised at build time.
+
+Each scenario below runs a wrong pattern from ``double_backward`` and captures the exact
+message the installed torch raises, so the index stays true when torch changes its wording.
+The table is written to ``_generated/error_messages.md``, which ``errors.md`` includes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from sphinx.application import Sphinx
+
+
+def _grad_x(fn, x, grad_out=None):
+    import torch
+
+    output = fn(x)
+    output = output[0] if isinstance(output, tuple) else output
+    grad_out = torch.ones_like(output) if grad_out is None else grad_out
+    return torch.autograd.grad(output, x, grad_out, create_graph=True)[0]
+
+
+def _old_style_under_torch_func() -> None:
+    import torch
+
+    from double_backward import Square
+
+    torch.func.vmap(Square.apply)(torch.ones(2, 3))
+
+
+def _no_graph() -> None:
+    import torch
+
+    from double_backward import SinhBad
+
+    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    torch.autograd.grad(_grad_x(SinhBad.apply, x).sum(), x)
+
+
+def _graph_misses_input() -> None:
+    import torch
+
+    from double_backward.failures import SquareOnceDifferentiable
+
+    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    grad_out = torch.ones_like(x, requires_grad=True)
+    torch.autograd.grad(_grad_x(SquareOnceDifferentiable.apply, x, grad_out).sum(), x)
+
+
+def _once_differentiable() -> None:
+    import torch
+
+    from double_backward.failures import SquareOnceDifferentiable
+
+    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    grad_out = torch.ones_like(x, requires_grad=True)
+    _grad_x(SquareOnceDifferentiable.apply, x, grad_out).sum().backward()
+
+
+def _no_jvp() -> None:
+    import torch
+
+    from double_backward.failures import SquareWithoutJvp
+
+    torch.func.hessian(lambda t: SquareWithoutJvp.apply(t).sum())(torch.ones(3))
+
+
+def _numpy_under_vmap() -> None:
+    import torch
+
+    from double_backward.failures import CubeBackwardNumpyUnderVmap
+
+    batch = torch.ones(2, 3)
+    torch.func.vmap(CubeBackwardNumpyUnderVmap.apply)(batch, batch)
+
+
+def _gradgradcheck_mismatch() -> None:
+    import torch
+    from torch.autograd import gradgradcheck
+
+    from double_backward.failures import SquareDetachesInBackward
+
+    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    gradgradcheck(SquareDetachesInBackward.apply, (x,))
+
+
+# (scenario, cause, fix, page)
+SCENARIOS: list[tuple[Callable[[], None], str, str, str]] = [
+    (_no_graph,
+     "The gradient has no graph: backward used tensors without history (stashed on `ctx`, "
+     "saved intermediates, detached, or computed outside torch).",
+     "Save inputs and outputs; return intermediates as extra outputs; wrap non-torch code "
+     "in a Function of its own.",
+     "auto_examples/plot_03_saving_intermediates"),
+    (_graph_misses_input,
+     "The gradient has a graph, but only to `grad_out`, not to `x`.",
+     "As above; if backward is `@once_differentiable`, that is by design.",
+     "auto_examples/plot_08_failure_gallery"),
+    (_once_differentiable,
+     "Backward is marked `@once_differentiable`: first order only, by declaration.",
+     "Write backward with differentiable operations and remove the decorator.",
+     "auto_examples/plot_07_higher_orders"),
+    (_gradgradcheck_mismatch,
+     "`gradgradcheck`: the analytical second derivative differs from finite differences, "
+     "often all zeros.",
+     "Find which pattern of the failure gallery applies; `double_backward.check` names it.",
+     "auto_examples/plot_08_failure_gallery"),
+    (_old_style_under_torch_func,
+     "A Function in the `forward(ctx, ...)` style used under `torch.func`.",
+     "Split `setup_context` out of `forward`.",
+     "auto_examples/plot_06_modern_api"),
+    (_no_jvp,
+     "Forward mode (`jvp`, `jacfwd`, `hessian`) through a Function without a `jvp`.",
+     "Add a `jvp` staticmethod; keep what it needs with `ctx.save_for_forward`.",
+     "auto_examples/plot_06_modern_api"),
+    (_numpy_under_vmap,
+     "`generate_vmap_rule = True` on a Function whose forward uses NumPy.",
+     "Write a `vmap` staticmethod that runs the NumPy code on the whole batch.",
+     "auto_examples/plot_06_modern_api"),
+]  # fmt: skip
+
+
+def captured_message(scenario: Callable[[], None]) -> str:
+    """The ``Type: message`` the scenario raises; fails loudly if it raises nothing."""
+    try:
+        scenario()
+    except Exception as error:  # noqa: BLE001 - any error is what we want to capture
+        first_line = str(error).strip().splitlines()[0].rstrip(",")
+        return f"{type(error).__name__}: {first_line}"
+    raise RuntimeError(f"error_index: {scenario.__name__} raised no error")
+
+
+def table() -> str:
+    rows = ["| Message (as raised by the installed torch) | Cause | Fix | Explained in |",
+            "|---|---|---|---|"]  # fmt: skip
+    for scenario, cause, fix, page in SCENARIOS:
+        message = captured_message(scenario).replace("|", "\\|")
+        rows.append(f"| `{message}` | {cause} | {fix} | {{doc}}`/{page}` |")
+    return "\n".join(rows) + "\n"
+
+
+def _write_table(app: Sphinx) -> None:
+    path = Path(app.srcdir) / "_generated" / "error_messages.md"
+    path.parent.mkdir(exist_ok=True)
+    content = table()
+    if not path.exists() or path.read_text() != content:  # unchanged: no rebuild
+        path.write_text(content)
+
+
+def setup(app: Sphinx) -> dict[str, object]:
+    app.connect("builder-inited", _write_table)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

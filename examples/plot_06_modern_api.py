@@ -1,0 +1,130 @@
+r"""
+The modern API: ``setup_context``, ``torch.func`` and forward mode
+==================================================================
+
+PyTorch's tutorial writes ``forward(ctx, x)``. That style still works with
+:func:`torch.autograd.grad`, but :mod:`torch.func` (``vmap``, ``grad``, ``jacrev``,
+``hessian``) refuses it. The modern style splits ``forward`` (no ``ctx``) from
+``setup_context``; add a ``jvp`` staticmethod and forward-mode AD works too, which
+``hessian`` needs. This page runs both styles and every transform against the native op.
+"""
+
+# %%
+# The two styles side by side
+# ---------------------------
+# The old style, from :doc:`plot_01_saving_inputs`:
+#
+# .. literalinclude:: /../src/double_backward/saving_inputs.py
+#    :pyobject: Square
+#
+# The modern style: ``forward`` only computes; ``setup_context`` receives the inputs and the
+# output and fills ``ctx``. ``ctx.save_for_forward`` keeps ``x`` for ``jvp``, the
+# forward-mode derivative :math:`\dot{y} = 2x\,\dot{x}`.
+#
+# .. literalinclude:: /../src/double_backward/setup_context_style.py
+#    :pyobject: Square
+#
+# The old style under ``torch.func``: a loud error
+# ------------------------------------------------
+import torch
+from torch.func import grad, hessian, jacrev, jvp, vmap
+
+from double_backward import Square as OldSquare
+from double_backward import setup_context_style as modern
+
+torch.manual_seed(0)
+x = torch.randn(4, dtype=torch.float64)
+try:
+    vmap(OldSquare.apply)(x)
+except RuntimeError as error:
+    print(f"RuntimeError: {error}")
+
+# %%
+# The modern style under every transform
+# --------------------------------------
+# Each result is compared with the same transform of the native op; the printed number is the
+# largest absolute difference.
+FUNCTIONS = {
+    "Square": (modern.Square.apply, lambda t: t**2),
+    "Exp": (modern.Exp.apply, torch.exp),
+    "Cube": (modern.Cube.apply, lambda t: t**3),
+}
+TRANSFORMS = {
+    "vmap(f)": lambda f: vmap(f)(x),
+    "vmap(grad(grad(f)))": lambda f: vmap(grad(grad(f)))(x),
+    "jacrev(jacrev(sum f))": lambda f: jacrev(jacrev(lambda t: f(t).sum()))(x),
+    "hessian(sum f)": lambda f: hessian(lambda t: f(t).sum())(x),
+}
+for name, (ours, native) in FUNCTIONS.items():
+    for transform_name, transform in TRANSFORMS.items():
+        difference = (transform(ours) - transform(native)).abs().max().item()
+        print(f"{name:7} {transform_name:22} max |ours - native| = {difference:.1e}")
+
+# %%
+# ``hessian`` needs ``jvp``
+# -------------------------
+# :func:`torch.func.hessian` is forward mode over reverse mode. Without a ``jvp``
+# staticmethod, reverse mode still works but forward mode raises
+# (:class:`~double_backward.failures.SquareWithoutJvp` is the modern ``Square`` minus ``jvp``):
+from double_backward.failures import SquareWithoutJvp
+
+jacobian = jacrev(SquareWithoutJvp.apply)(x)
+print(f"jacrev without jvp works: diagonal {jacobian.diagonal().numpy().round(4)}")
+try:
+    hessian(lambda t: SquareWithoutJvp.apply(t).sum())(x)
+except NotImplementedError as error:
+    print(f"NotImplementedError: {error}")
+
+# %%
+# A NumPy forward under ``vmap``
+# ------------------------------
+# ``generate_vmap_rule = True`` runs forward on vmap's batched tensors. For torch operations
+# that is fine; NumPy cannot read them. Here is ``CubeBackward`` (the NumPy backward of ``Cube``)
+# with a generated rule, **broken on purpose**:
+from double_backward.failures import CubeBackwardNumpyUnderVmap
+
+batch = torch.randn(5, 4, dtype=torch.float64)
+try:
+    vmap(CubeBackwardNumpyUnderVmap.apply)(torch.ones_like(batch), batch)
+except RuntimeError as error:
+    print(f"RuntimeError: {error}")
+
+# %%
+# The fix is a ``vmap`` staticmethod that receives plain tensors and where their batch
+# dimensions are, and returns the batched result and its batch dimension. For an elementwise
+# NumPy computation: move the batch dimension first and run NumPy on the whole batch.
+#
+# .. literalinclude:: /../src/double_backward/setup_context_style.py
+#    :pyobject: CubeBackward
+batched = vmap(modern.CubeBackward.apply)(torch.ones_like(batch), batch)
+print(
+    f"vmap with the hand-written rule: max error {(batched - 3 * batch**2).abs().max():.1e}"
+)
+
+# %%
+# Forward-over-reverse equals reverse-over-reverse
+# ------------------------------------------------
+# A Hessian-vector product :math:`Hv` can be taken as the forward-mode derivative of the
+# gradient (``jvp(grad(f))``, forward over reverse) or as the gradient of
+# :math:`\nabla f \cdot v` (reverse over reverse, double backward). With a correct ``jvp`` and
+# ``backward`` the two agree.
+v = torch.randn_like(x)
+
+
+def f(t):
+    return modern.Cube.apply(t).sum()
+
+
+forward_over_reverse = jvp(grad(f), (x,), (v,))[1]
+reverse_over_reverse = torch.autograd.functional.hvp(f, x, v)[1]
+print(f"forward over reverse: {forward_over_reverse.numpy().round(6)}")
+print(f"reverse over reverse: {reverse_over_reverse.numpy().round(6)}")
+torch.testing.assert_close(forward_over_reverse, reverse_over_reverse)
+
+# %%
+# Takeaway
+# --------
+# Write new Functions in the ``setup_context`` style, give them a ``jvp`` when forward mode
+# may be used, and a vmap rule (generated for torch operations, hand-written otherwise).
+# :func:`double_backward.check` reports which transforms a Function supports. Next:
+# :doc:`plot_07_higher_orders`.

@@ -1,8 +1,8 @@
-"""Write the error-message index's table from messages raised at build time.
+"""Write the error-message index from messages raised at build time.
 
 Each scenario below runs a wrong pattern from ``double_backward`` and captures the exact
 message the installed torch raises, so the index stays true when torch changes its wording.
-The table is written to ``_generated/error_messages.md``, which ``errors.md`` includes.
+The sections are written to ``_generated/error_messages.md``, which ``errors.md`` includes.
 """
 
 from __future__ import annotations
@@ -86,36 +86,36 @@ def _gradgradcheck_mismatch() -> None:
     gradgradcheck(SquareDetachesInBackward.apply, (x,))
 
 
-# (scenario, cause, fix, page)
-SCENARIOS: list[tuple[Callable[[], None], str, str, str]] = [
-    (_no_graph,
+# (title, scenario, cause, fix, page)
+SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
+    ("The gradient has no graph", _no_graph,
      "The gradient has no graph: backward used tensors without history (stashed on `ctx`, "
      "saved intermediates, detached, or computed outside torch).",
      "Save inputs and outputs; return intermediates as extra outputs; wrap non-torch code "
      "in a Function of its own.",
      "auto_examples/plot_03_saving_intermediates"),
-    (_graph_misses_input,
+    ("The graph misses the input", _graph_misses_input,
      "The gradient has a graph, but only to `grad_out`, not to `x`.",
      "As above; if backward is `@once_differentiable`, that is by design.",
      "auto_examples/plot_08_failure_gallery"),
-    (_once_differentiable,
+    ("Marked once differentiable", _once_differentiable,
      "Backward is marked `@once_differentiable`: first order only, by declaration.",
      "Write backward with differentiable operations and remove the decorator.",
      "auto_examples/plot_07_higher_orders"),
-    (_gradgradcheck_mismatch,
+    ("gradgradcheck finds a mismatch", _gradgradcheck_mismatch,
      "`gradgradcheck`: the analytical second derivative differs from finite differences, "
      "often all zeros.",
      "Find which pattern of the failure gallery applies; `double_backward.check` names it.",
      "auto_examples/plot_08_failure_gallery"),
-    (_old_style_under_torch_func,
+    ("Old style under torch.func", _old_style_under_torch_func,
      "A Function in the `forward(ctx, ...)` style used under `torch.func`.",
      "Split `setup_context` out of `forward`.",
      "auto_examples/plot_06_modern_api"),
-    (_no_jvp,
+    ("No jvp for forward mode", _no_jvp,
      "Forward mode (`jvp`, `jacfwd`, `hessian`) through a Function without a `jvp`.",
      "Add a `jvp` staticmethod; keep what it needs with `ctx.save_for_forward`.",
      "auto_examples/plot_06_modern_api"),
-    (_numpy_under_vmap,
+    ("NumPy forward under vmap", _numpy_under_vmap,
      "`generate_vmap_rule = True` on a Function whose forward uses NumPy.",
      "Write a `vmap` staticmethod that runs the NumPy code on the whole batch.",
      "auto_examples/plot_06_modern_api"),
@@ -133,12 +133,14 @@ def captured_message(scenario: Callable[[], None]) -> str:
 
 
 def table() -> str:
-    rows = ["| Message (as raised by the installed torch) | Cause | Fix | Explained in |",
-            "|---|---|---|---|"]  # fmt: skip
-    for scenario, cause, fix, page in SCENARIOS:
-        message = captured_message(scenario).replace("|", "\\|")
-        rows.append(f"| `{message}` | {cause} | {fix} | {{doc}}`/{page}` |")
-    return "\n".join(rows) + "\n"
+    """One section per message: the message as raised, its cause, its fix, where explained."""
+    sections = []
+    for title, scenario, cause, fix, page in SCENARIOS:
+        sections.append(
+            f"## {title}\n\n```text\n{captured_message(scenario)}\n```\n\n"
+            f"- **Cause:** {cause}\n- **Fix:** {fix}\n- **Explained in:** {{doc}}`/{page}`\n"
+        )
+    return "\n".join(sections)
 
 
 def _write_table(app: Sphinx) -> None:

@@ -16,6 +16,7 @@ from double_backward import (
     sinh,
 )
 from double_backward.checker import DOCS_URL, PAGES, main
+from double_backward.higher_orders import Cos, Sin
 
 CORRECT = [
     pytest.param(Square.apply, id="Square"),
@@ -25,6 +26,8 @@ CORRECT = [
     pytest.param(setup_context_style.Square.apply, id="modern.Square"),
     pytest.param(setup_context_style.Exp.apply, id="modern.Exp"),
     pytest.param(setup_context_style.Cube.apply, id="modern.Cube"),
+    pytest.param(Sin.apply, id="Sin"),
+    pytest.param(Cos.apply, id="Cos"),
 ]
 
 BROKEN = [

@@ -25,8 +25,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.intersphinx",
-    "sphinx.ext.mathjax",
-    "sphinx-mathjax-offline",  # serves MathJax from _static: no CDN
+    "mathml",  # beside this file: math rendered to MathML at build time, no MathJax
     "sphinx_copybutton",
     "sphinx_gallery.gen_gallery",
     "reproducible_zips",  # beside this file: deterministic download zips
@@ -44,6 +43,7 @@ exclude_patterns = [
 nitpicky = True
 myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence", "dollarmath"]
+html_math_renderer = "mathml"
 
 # -- Cross-references, offline ---------------------------------------------------
 # Inventories are written locally from offline_inventory.py; nothing is fetched at build time.

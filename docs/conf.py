@@ -114,6 +114,8 @@ sphinx_gallery_conf = {
     "write_computation_times": False,
     "show_memory": False,
     "show_signature": False,
+    # Only the gallery's own stylesheet: no binder, dataframe or rich-output styles to load.
+    "css": ("sg_gallery",),
 }
 
 # -- HTML --------------------------------------------------------------------------

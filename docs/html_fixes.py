@@ -4,9 +4,15 @@
   (Sphinx issue #14030, fix pending upstream): add level 2, the implicit ARIA 1.1 default.
 - sphinx-gallery thumbnails carry a non-standard ``tooltip`` attribute, which the Nu
   validator rejects: make it the standard ``title``.
+- An image given ``:width:`` and ``:height:`` in pixels gets them as a fixed inline style,
+  which distorts it once CSS scales it to a narrow screen. Write them as ``width`` and
+  ``height`` attributes instead: the browser reserves the space (no layout shift) and keeps
+  the aspect ratio when ``max-width: 100%; height: auto`` scales the image.
 """
 
 from __future__ import annotations
+
+import re
 
 from docutils import nodes
 from sphinx import addnodes
@@ -24,6 +30,13 @@ class AccessibleHTMLTranslator(HTML5Translator):
             self.context.append("</span></p>\n")
         else:
             super().visit_title(node)
+
+    def visit_image(self, node: nodes.image) -> None:
+        super().visit_image(node)
+        pixel_style = re.compile(r' style="width: (\d+)px; height: (\d+)px;"')
+        self.body[-1] = pixel_style.sub(
+            r' width="\1" height="\2"', self.body[-1], count=1
+        )
 
 
 def _standard_thumbnail_attributes(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import graphviz
 import pytest
 from sphinx_gallery.scrapers import ImagePathIterator
@@ -47,6 +49,10 @@ def test_renders_each_new_graph_to_svg_with_its_comment_as_alt(
     assert "sphx_glr_plot_demo_001.svg" in rst and ":alt: first graph" in rst
     assert "sphx_glr_plot_demo_002.svg" in rst and ":alt: second" in rst
     assert not list(tmp_path.glob("*.png"))
+    # The size dot gives (points) is passed on in CSS pixels: 4/3 px per point.
+    width_pt = re.search(rb'width="([\d.]+)pt"', svgs[0].read_bytes())[1]
+    assert f":width: {round(float(width_pt) * 4 / 3)}px" in rst
+    assert ":height: " in rst
 
 
 def test_a_graph_is_rendered_once_even_if_it_stays_in_globals(
@@ -81,5 +87,12 @@ def test_a_graph_under_two_names_is_rendered_once(block_vars, gallery_conf, tmp_
     graph = small_graph("shared")
     block_vars["example_globals"].update(graph=graph, ___=graph)
     rst = graphviz_scraper(None, block_vars, gallery_conf)
-    assert rst.count(".. image-sg::") == 1
+    assert rst.count(".. image::") == 1
     assert len(list(tmp_path.glob("*.svg"))) == 1
+
+
+def test_an_svg_without_a_size_in_points_is_refused():
+    from double_backward.scraper import _size_in_pixels
+
+    with pytest.raises(ValueError, match="no width/height in points"):
+        _size_in_pixels(b'<svg width="100%" height="100%"></svg>')

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from importlib.metadata import version as installed_version
-from importlib.util import find_spec
 from pathlib import Path
 
 DOCS = Path(__file__).parent
 sys.path.insert(0, str(DOCS))  # for the helper modules beside this file
 
 from offline_inventory import write_inventories  # noqa: E402
+from source_digest import digest  # noqa: E402
 
 # -- Project -------------------------------------------------------------------
 project = "double-backward"
@@ -62,7 +61,7 @@ napoleon_numpy_docstring = False
 
 
 # -- Gallery ---------------------------------------------------------------------
-def _rerun_examples_if_changed(inputs: list[Path], gallery_dir: Path) -> None:
+def _rerun_examples_if_changed(key: str, gallery_dir: Path) -> None:
     """Make sphinx-gallery re-run every example when the package or this file changed.
 
     sphinx-gallery skips an example whose own file is unchanged (it keeps an .md5 beside
@@ -71,23 +70,16 @@ def _rerun_examples_if_changed(inputs: list[Path], gallery_dir: Path) -> None:
     those .md5 files. Drop the generated .rst files as well: a graph can change while its
     page's text does not, and Sphinx only re-copies the images of pages it rewrites.
     """
-    digest = hashlib.sha256()
-    for path in inputs:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
     stamp = gallery_dir / ".inputs-sha256"
-    if stamp.exists() and stamp.read_text() == digest.hexdigest():
+    if stamp.exists() and stamp.read_text() == key:
         return
     for generated in [*gallery_dir.glob("*.md5"), *gallery_dir.glob("plot_*.rst")]:
         generated.unlink()
     gallery_dir.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(digest.hexdigest())
+    stamp.write_text(key)
 
 
-# Located, not imported: importing the package would import torch on every build.
-_PACKAGE_DIR = Path(find_spec("double_backward").origin).parent
-_rerun_examples_if_changed(
-    [*sorted(_PACKAGE_DIR.rglob("*.py")), Path(__file__)], DOCS / "auto_examples"
-)
+_rerun_examples_if_changed(digest(Path(__file__)), DOCS / "auto_examples")
 
 sphinx_gallery_conf = {
     "examples_dirs": ["../examples"],

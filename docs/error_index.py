@@ -7,12 +7,11 @@ The sections are written to ``_generated/error_messages.md``, which ``errors.md`
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from importlib.metadata import version
-from importlib.util import find_spec
 from pathlib import Path
 
+from source_digest import digest
 from sphinx.application import Sphinx
 
 
@@ -146,21 +145,11 @@ def table() -> str:
     return "\n".join(sections)
 
 
-def _inputs_key() -> str:
-    """What the messages depend on: the installed torch and the package's source."""
-    digest = hashlib.sha256(version("torch").encode())
-    package = Path(find_spec("double_backward").origin).parent
-    for path in sorted(package.rglob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    digest.update(Path(__file__).read_bytes())
-    return digest.hexdigest()
-
-
 def _write_table(app: Sphinx) -> None:
     # Raising the errors imports torch (seconds): redo it only when torch or the code changed.
     path = Path(app.srcdir) / "_generated" / "error_messages.md"
     key_path = path.with_suffix(".key")
-    key = _inputs_key()
+    key = digest(Path(__file__), salt=version("torch"))  # torch, the package, this file
     if path.exists() and key_path.exists() and key_path.read_text() == key:
         return
     path.parent.mkdir(exist_ok=True)

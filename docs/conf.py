@@ -7,7 +7,8 @@ from importlib.metadata import version as installed_version
 from pathlib import Path
 
 DOCS = Path(__file__).parent
-sys.path.insert(0, str(DOCS))  # for the helper modules beside this file
+EXTENSIONS_DIR = DOCS / "_ext"
+sys.path.insert(0, str(EXTENSIONS_DIR))  # the Sphinx extensions and build helpers
 
 from offline_inventory import write_inventories  # noqa: E402
 from source_digest import digest  # noqa: E402
@@ -24,13 +25,13 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.intersphinx",
-    "mathml",  # beside this file: math rendered to MathML at build time, no MathJax
+    "mathml",  # in _ext/: math rendered to MathML at build time, no MathJax
     "sphinx_copybutton",
     "sphinx_gallery.gen_gallery",
-    "reproducible_zips",  # beside this file: deterministic download zips
-    "html_fixes",  # beside this file: ARIA and validity fixes to generated HTML
-    "page_descriptions",  # beside this file: a meta description on every page
-    "error_index",  # beside this file: the error table, from messages raised at build time
+    "reproducible_zips",  # in _ext/: deterministic download zips
+    "html_fixes",  # in _ext/: ARIA and validity fixes to generated HTML
+    "page_descriptions",  # in _ext/: a meta description on every page
+    "error_index",  # in _ext/: the error table, from messages raised at build time
 ]
 exclude_patterns = [
     "_build",
@@ -79,14 +80,17 @@ def _rerun_examples_if_changed(key: str, gallery_dir: Path) -> None:
     stamp.write_text(key)
 
 
-_rerun_examples_if_changed(digest(Path(__file__)), DOCS / "auto_examples")
+# The examples' output depends on the package, this file and the build helpers (the scraper).
+_rerun_examples_if_changed(
+    digest(Path(__file__), *sorted(EXTENSIONS_DIR.glob("*.py"))), DOCS / "auto_examples"
+)
 
 sphinx_gallery_conf = {
     "examples_dirs": ["../examples"],
     "gallery_dirs": ["auto_examples"],
     "filename_pattern": r"/plot_",  # execute every plot_*.py script
     "within_subsection_order": "FileNameSortKey",  # plot_01_..., plot_02_...: reading order
-    "image_scrapers": ("double_backward.scraper.graphviz_scraper",),
+    "image_scrapers": ("graphviz_scraper.graphviz_scraper",),  # docs/_ext/graphviz_scraper.py
     "reset_modules": (),  # the default resets matplotlib, which the examples do not use
     # A graph on a cell's last line would otherwise print as "<graphviz...Digraph object at 0x...>".
     "capture_repr": (),

@@ -15,7 +15,7 @@ nothing extra to do, and this page shows why: the gradient's graph reaches back 
 # history, so when backward runs under ``create_graph=True`` autograd records ``grad_out * 2 * x``
 # like any other computation.
 #
-# .. literalinclude:: /../src/double_backward/saving_inputs.py
+# .. literalinclude:: /../src/double_backward/functions/saving_inputs.py
 #    :pyobject: Square
 #
 # First and second derivative at :math:`x = 1.5`

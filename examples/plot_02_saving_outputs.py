@@ -14,7 +14,7 @@ recomputing it. Outputs are tracked just like inputs, so double backward works h
 # ``ExpBackward`` the ``grad_fn`` of the output; the saved ``result`` is unpacked in backward with
 # that history.
 #
-# .. literalinclude:: /../src/double_backward/saving_outputs.py
+# .. literalinclude:: /../src/double_backward/functions/saving_outputs.py
 #    :pyobject: Exp
 #
 # First derivative at :math:`x = 0.5`

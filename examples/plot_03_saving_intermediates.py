@@ -26,10 +26,10 @@ right and its second derivative lost.
 # :math:`e^x` does. And ``ctx.set_materialize_grads(False)`` makes backward receive ``None``,
 # not zeros, for an output that got no gradient: ``0 * inf`` would turn an overflow into ``nan``.
 #
-# .. literalinclude:: /../src/double_backward/saving_intermediates.py
+# .. literalinclude:: /../src/double_backward/functions/saving_intermediates.py
 #    :pyobject: Sinh
 #
-# .. literalinclude:: /../src/double_backward/saving_intermediates.py
+# .. literalinclude:: /../src/double_backward/functions/saving_intermediates.py
 #    :pyobject: sinh
 #
 # First and second derivative at :math:`x = 0.5`
@@ -77,7 +77,7 @@ print(f"gradgradcheck(sinh) passed: {gradgradcheck(sinh, inputs)}")
 # :class:`~double_backward.SinhBad` is **broken, do not copy it**. It computes the same
 # intermediates but keeps them as ``ctx`` attributes instead of returning them.
 #
-# .. literalinclude:: /../src/double_backward/saving_intermediates.py
+# .. literalinclude:: /../src/double_backward/functions/saving_intermediates.py
 #    :pyobject: SinhBad
 #
 # Its first derivative is right

@@ -17,14 +17,14 @@ whose own backward supplies the second derivative.
 # ----------------------------------------
 # ``cube_backward_numpy`` detaches its inputs, computes in NumPy, and converts back.
 #
-# .. literalinclude:: /../src/double_backward/untracked_backward.py
+# .. literalinclude:: /../src/double_backward/functions/untracked_backward.py
 #    :pyobject: cube_backward_numpy
 #
 # Grad mode is on and both inputs require grad, yet the result has no ``grad_fn``: a backward
 # built on it could not be differentiated.
 import torch
 
-from double_backward.untracked_backward import cube_backward_numpy
+from double_backward.functions.untracked_backward import cube_backward_numpy
 
 # sphinx_gallery_thumbnail_number = 1
 x = torch.tensor(1.5, dtype=torch.float64, requires_grad=True)
@@ -41,10 +41,10 @@ print(f"grad_fn: {untracked.grad_fn}")
 # derivatives of :math:`g = 3x^2\,\bar{y}` with respect to both of its inputs, :math:`\bar{y}` and
 # :math:`x`, with differentiable torch operations.
 #
-# .. literalinclude:: /../src/double_backward/untracked_backward.py
+# .. literalinclude:: /../src/double_backward/functions/untracked_backward.py
 #    :pyobject: Cube
 #
-# .. literalinclude:: /../src/double_backward/untracked_backward.py
+# .. literalinclude:: /../src/double_backward/functions/untracked_backward.py
 #    :pyobject: CubeBackward
 #
 # First, second and third derivative at :math:`x = 1.5`

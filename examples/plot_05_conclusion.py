@@ -11,7 +11,7 @@ the same checks and prints the answer for each.
 # Every Function, the same checks
 # -------------------------------
 # For each Function: does ``grad_x`` (from ``create_graph=True``) have a graph back to ``x``
-# (:func:`~double_backward.graph.reaches` walks it), and does
+# (:func:`~double_backward.graph_walks.reaches` walks it), and does
 # :func:`~torch.autograd.gradgradcheck` pass? A failing check is caught and reported, not
 # hidden.
 import torch
@@ -19,7 +19,7 @@ from torch.autograd import gradgradcheck
 from torch.autograd.gradcheck import GradcheckError
 
 from double_backward import Cube, Exp, SinhBad, Square, sinh
-from double_backward.graph import reaches
+from double_backward.graph_walks import reaches
 
 FUNCTIONS = {
     "Square (saves its input)": Square.apply,

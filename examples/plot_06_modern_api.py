@@ -14,14 +14,14 @@ PyTorch's tutorial writes ``forward(ctx, x)``. That style still works with
 # ---------------------------
 # The old style, from :doc:`plot_01_saving_inputs`:
 #
-# .. literalinclude:: /../src/double_backward/saving_inputs.py
+# .. literalinclude:: /../src/double_backward/functions/saving_inputs.py
 #    :pyobject: Square
 #
 # The modern style: ``forward`` only computes; ``setup_context`` receives the inputs and the
 # output and fills ``ctx``. ``ctx.save_for_forward`` keeps ``x`` for ``jvp``, the
 # forward-mode derivative :math:`\dot{y} = 2x\,\dot{x}`.
 #
-# .. literalinclude:: /../src/double_backward/setup_context_style.py
+# .. literalinclude:: /../src/double_backward/functions/setup_context_style.py
 #    :pyobject: Square
 #
 # The old style under ``torch.func``: a loud error
@@ -30,7 +30,7 @@ import torch
 from torch.func import grad, hessian, jacrev, jvp, vmap
 
 from double_backward import Square as OldSquare
-from double_backward import setup_context_style as modern
+from double_backward.functions import setup_context_style as modern
 
 torch.manual_seed(0)
 x = torch.randn(4, dtype=torch.float64)
@@ -65,8 +65,8 @@ for name, (ours, native) in FUNCTIONS.items():
 # -------------------------
 # :func:`torch.func.hessian` is forward mode over reverse mode. Without a ``jvp``
 # staticmethod, reverse mode still works but forward mode raises
-# (:class:`~double_backward.failures.SquareWithoutJvp` is the modern ``Square`` minus ``jvp``):
-from double_backward.failures import SquareWithoutJvp
+# (:class:`~double_backward.functions.failures.SquareWithoutJvp` is the modern ``Square`` minus ``jvp``):
+from double_backward.functions.failures import SquareWithoutJvp
 
 jacobian = jacrev(SquareWithoutJvp.apply)(x)
 print(f"jacrev without jvp works: diagonal {jacobian.diagonal().numpy().round(4)}")
@@ -81,7 +81,7 @@ except NotImplementedError as error:
 # ``generate_vmap_rule = True`` runs forward on vmap's batched tensors. For torch operations
 # that is fine; NumPy cannot read them. Here is ``CubeBackward`` (the NumPy backward of ``Cube``)
 # with a generated rule, **broken on purpose**:
-from double_backward.failures import CubeBackwardNumpyUnderVmap
+from double_backward.functions.failures import CubeBackwardNumpyUnderVmap
 
 batch = torch.randn(5, 4, dtype=torch.float64)
 try:
@@ -94,7 +94,7 @@ except RuntimeError as error:
 # dimensions are, and returns the batched result and its batch dimension. For an elementwise
 # NumPy computation: move the batch dimension first and run NumPy on the whole batch.
 #
-# .. literalinclude:: /../src/double_backward/setup_context_style.py
+# .. literalinclude:: /../src/double_backward/functions/setup_context_style.py
 #    :pyobject: CubeBackward
 batched = vmap(modern.CubeBackward.apply)(torch.ones_like(batch), batch)
 print(

@@ -11,13 +11,13 @@ and shows ``once_differentiable``, the honest way to say "first order only".
 # %%
 # How far do the tutorial's Functions go?
 # ---------------------------------------
-# :func:`~double_backward.higher_orders.derivatives` takes each derivative with
+# :func:`~double_backward.functions.higher_orders.derivatives` takes each derivative with
 # ``create_graph=True`` from the previous one; each is compared with the same derivative of
 # the native op at :math:`x = 0.7`.
 import torch
 
 from double_backward import Cube, Exp, Square, sinh
-from double_backward.higher_orders import derivatives
+from double_backward.functions.higher_orders import derivatives
 
 x = torch.tensor(0.7, dtype=torch.float64)
 PAIRS = {
@@ -44,15 +44,15 @@ for name, (ours, native) in PAIRS.items():
 #
 # A pair differentiable to any order
 # ----------------------------------
-# A backward may call other custom Functions. :class:`~double_backward.higher_orders.Sin` uses
-# :class:`~double_backward.higher_orders.Cos` in its backward, and ``Cos`` uses ``Sin``:
+# A backward may call other custom Functions. :class:`~double_backward.functions.higher_orders.Sin` uses
+# :class:`~double_backward.functions.higher_orders.Cos` in its backward, and ``Cos`` uses ``Sin``:
 #
-# .. literalinclude:: /../src/double_backward/higher_orders.py
+# .. literalinclude:: /../src/double_backward/functions/higher_orders.py
 #    :pyobject: Sin
 #
-# .. literalinclude:: /../src/double_backward/higher_orders.py
+# .. literalinclude:: /../src/double_backward/functions/higher_orders.py
 #    :pyobject: Cos
-from double_backward.higher_orders import Sin
+from double_backward.functions.higher_orders import Sin
 
 for order, (ours, native) in enumerate(
     zip(derivatives(Sin.apply, x, 8), derivatives(torch.sin, x, 8), strict=True)
@@ -69,9 +69,9 @@ for order, (ours, native) in enumerate(
 # :func:`torch.autograd.function.once_differentiable` runs it in no-grad mode and makes any
 # attempt to differentiate its result fail loudly instead of returning a wrong number.
 #
-# .. literalinclude:: /../src/double_backward/failures.py
+# .. literalinclude:: /../src/double_backward/functions/failures.py
 #    :pyobject: SquareOnceDifferentiable
-from double_backward.failures import SquareOnceDifferentiable
+from double_backward.functions.failures import SquareOnceDifferentiable
 
 x = torch.tensor([0.5, 1.5], dtype=torch.float64, requires_grad=True)
 (grad_x,) = torch.autograd.grad(

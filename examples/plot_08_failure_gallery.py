@@ -71,9 +71,9 @@ symptom(SinhBad.apply, torch.sinh)
 #
 # 2. ``save_for_backward`` on an intermediate that is not an output
 # -----------------------------------------------------------------
-# .. literalinclude:: /../src/double_backward/failures.py
+# .. literalinclude:: /../src/double_backward/functions/failures.py
 #    :pyobject: SinhSavesIntermediate
-from double_backward.failures import SinhSavesIntermediate
+from double_backward.functions.failures import SinhSavesIntermediate
 
 symptom(SinhSavesIntermediate.apply, torch.sinh)
 
@@ -84,7 +84,7 @@ symptom(SinhSavesIntermediate.apply, torch.sinh)
 #
 # 3. Extra outputs marked non-differentiable
 # ------------------------------------------
-# .. literalinclude:: /../src/double_backward/failures.py
+# .. literalinclude:: /../src/double_backward/functions/failures.py
 #    :pyobject: SinhNonDifferentiableExtras
 #
 # The trap: it passes :func:`~torch.autograd.gradcheck` and fails only
@@ -92,7 +92,7 @@ symptom(SinhSavesIntermediate.apply, torch.sinh)
 from torch.autograd import gradcheck, gradgradcheck
 from torch.autograd.gradcheck import GradcheckError
 
-from double_backward.failures import SinhNonDifferentiableExtras
+from double_backward.functions.failures import SinhNonDifferentiableExtras
 
 print(f"gradcheck passed: {gradcheck(SinhNonDifferentiableExtras.apply, (x,))}")
 try:
@@ -108,11 +108,11 @@ symptom(SinhNonDifferentiableExtras.apply, torch.sinh)
 #
 # 4. Gradients of the extra outputs dropped
 # -----------------------------------------
-# .. literalinclude:: /../src/double_backward/failures.py
+# .. literalinclude:: /../src/double_backward/functions/failures.py
 #    :pyobject: SinhDropsExtraGrads
 #
 # Used through a ``sinh``-style wrapper that keeps only the value, as a caller would:
-from double_backward.failures import sinh_drops_extra_grads
+from double_backward.functions.failures import sinh_drops_extra_grads
 
 symptom(sinh_drops_extra_grads, torch.sinh)
 
@@ -125,9 +125,9 @@ symptom(sinh_drops_extra_grads, torch.sinh)
 #
 # 5. Detaching inside backward
 # ----------------------------
-# .. literalinclude:: /../src/double_backward/failures.py
+# .. literalinclude:: /../src/double_backward/functions/failures.py
 #    :pyobject: SquareDetachesInBackward
-from double_backward.failures import SquareDetachesInBackward
+from double_backward.functions.failures import SquareDetachesInBackward
 
 symptom(SquareDetachesInBackward.apply, lambda t: t**2)
 

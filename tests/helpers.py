@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from double_backward import Cube, Exp, Square, sinh
-from double_backward.higher_orders import derivatives
+from double_backward.functions.higher_orders import derivatives
 
 # Each correct Function of the tutorial next to the native op it must match, to every order.
 CORRECT_FUNCTIONS = [

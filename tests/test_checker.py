@@ -11,12 +11,11 @@ from double_backward import (
     SinhBad,
     Square,
     check,
-    failures,
-    setup_context_style,
     sinh,
 )
 from double_backward.checker import DOCS_URL, PAGES, main
-from double_backward.higher_orders import Cos, Sin
+from double_backward.functions import failures, setup_context_style
+from double_backward.functions.higher_orders import Cos, Sin
 
 CORRECT = [
     pytest.param(Square.apply, id="Square"),

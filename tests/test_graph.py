@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from double_backward import Sinh, SinhBad, Square
-from double_backward.graph import LEGEND_ENTRIES, autograd_graph, graph_legend, reaches
+from double_backward.graph import LEGEND_ENTRIES, autograd_graph, graph_legend
 
 
 def square_grad_graph() -> graphviz.Digraph:
@@ -98,23 +98,6 @@ def test_legend_has_one_node_per_colour_used_by_torchviz():
         "fillcolor=orange"
         in autograd_graph({"out": value}, {"x": x_saved}, title="t").source
     )
-
-
-def test_reaches_follows_next_functions_to_the_leaf():
-    x = torch.tensor(1.0, requires_grad=True)
-    other = torch.tensor(2.0, requires_grad=True)
-    y = Square.apply(x) * 3
-    assert reaches(y, x)
-    assert not reaches(y, other)
-    assert not reaches(x.detach(), x)
-
-
-def test_reaches_rejects_non_tensors_and_non_leaves():
-    x = torch.tensor(1.0, requires_grad=True)
-    with pytest.raises(TypeError, match="expected two tensors, got list and Tensor"):
-        reaches([1.0], x)
-    with pytest.raises(ValueError, match="'leaf' must be a leaf tensor"):
-        reaches(x * 2, x * 3)
 
 
 def test_unnamed_saved_tensors_are_labelled_saved():

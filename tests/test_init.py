@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import double_backward
-from double_backward import saving_inputs
+from double_backward.functions import saving_inputs
 
 
 def test_top_level_names_are_the_defining_modules_objects():
@@ -22,9 +22,35 @@ def test_unknown_name_raises_attribute_error():
         double_backward.Nope  # noqa: B018
 
 
-def test_importing_the_scraper_does_not_import_torch():
-    code = "import sys, double_backward.scraper; print('torch' in sys.modules)"
+# Run in a fresh interpreter where torchviz and graphviz cannot be imported, as in a venv with
+# torch and NumPy only: the checker must import, and check a Function, without them.
+WITHOUT_DRAWING_PACKAGES = """
+import sys
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torchviz", "graphviz"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+sys.meta_path.insert(0, Refuse())
+"""
+
+
+def test_the_checker_needs_neither_torchviz_nor_graphviz():
+    code = WITHOUT_DRAWING_PACKAGES + (
+        "import torch, double_backward.checker as checker\n"
+        "from double_backward import Square\n"
+        "print(checker.check(Square.apply, torch.randn(3)).ok)\n"
+    )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True
     )
-    assert result.stdout.strip() == "False", result.stderr
+    assert result.stdout.strip() == "True", result.stderr
+
+
+def test_the_refusal_is_real_the_drawing_helper_fails_without_them():
+    # The control: the same interpreter set-up does stop an import of torchviz.
+    code = WITHOUT_DRAWING_PACKAGES + "import double_backward.graph\n"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert "No module named" in result.stderr

@@ -1,16 +1,17 @@
 """Custom ``torch.autograd.Function``\\ s whose backward can itself be differentiated.
 
-One module per case of PyTorch's "Double Backward with Custom Functions" tutorial:
+The package is grouped by role:
 
-- :mod:`double_backward.saving_inputs`: :class:`Square`
-- :mod:`double_backward.saving_outputs`: :class:`Exp`
-- :mod:`double_backward.saving_intermediates`: :class:`Sinh`, :func:`sinh`, :class:`SinhBad`
-- :mod:`double_backward.untracked_backward`: :class:`Cube`, :class:`CubeBackward`
+- :mod:`double_backward.functions`: what the pages teach, one module per case of PyTorch's
+  "Double Backward with Custom Functions" tutorial (:class:`Square`, :class:`Exp`,
+  :class:`Sinh`, :func:`sinh`, :class:`SinhBad`, :class:`Cube`, :class:`CubeBackward`), the
+  same cases in the modern API, higher orders, and the failures, broken on purpose;
+- :mod:`double_backward.checker`: :func:`check`, which tells whether your own Function
+  supports double backward (torch and NumPy only);
+- :mod:`double_backward.graph`: drawing autograd graphs with torchviz, for the pages.
 
-and :func:`check`, which tells whether your own Function supports double backward.
-
-The names are imported on first use, so that ``double_backward.scraper`` (which Sphinx
-loads on every build) does not pay for importing torch.
+The names are imported on first use, so that importing one module (the checker, say) does not
+import the others.
 """
 
 from __future__ import annotations
@@ -22,23 +23,23 @@ __version__ = "0.1.0"
 
 # Public name -> the module that defines it.
 _EXPORTS = {
-    "Square": "saving_inputs",
-    "Exp": "saving_outputs",
-    "Sinh": "saving_intermediates",
-    "SinhBad": "saving_intermediates",
-    "sinh": "saving_intermediates",
-    "Cube": "untracked_backward",
-    "CubeBackward": "untracked_backward",
+    "Square": "functions.saving_inputs",
+    "Exp": "functions.saving_outputs",
+    "Sinh": "functions.saving_intermediates",
+    "SinhBad": "functions.saving_intermediates",
+    "sinh": "functions.saving_intermediates",
+    "Cube": "functions.untracked_backward",
+    "CubeBackward": "functions.untracked_backward",
     "check": "checker",
 }
 __all__ = ["Cube", "CubeBackward", "Exp", "Sinh", "SinhBad", "Square", "check", "sinh"]
 
 if TYPE_CHECKING:
     from .checker import check
-    from .saving_inputs import Square
-    from .saving_intermediates import Sinh, SinhBad, sinh
-    from .saving_outputs import Exp
-    from .untracked_backward import Cube, CubeBackward
+    from .functions.saving_inputs import Square
+    from .functions.saving_intermediates import Sinh, SinhBad, sinh
+    from .functions.saving_outputs import Exp
+    from .functions.untracked_backward import Cube, CubeBackward
 
 
 def __getattr__(name: str) -> Any:

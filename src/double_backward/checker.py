@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
 
-from .graph import reaches
+from .graph_walks import reaches
 
 DOCS_URL = "https://double-backward.readthedocs.io/en/latest/"
 PAGES = {

@@ -3,8 +3,8 @@
 :func:`autograd_graph` wraps torchviz's ``make_dot``. It names the tensors you pass (``x``,
 ``out``, ``grad_x``) and renumbers torchviz's node ids, which are Python ``id()`` values and so
 change from run to run, into ``n0, n1, ...`` in drawing order: the same graph gives the same
-DOT source, and the same SVG, on every build. :func:`graph_legend` draws the colour key, and
-:func:`reaches` answers the question the graphs are drawn to answer: is there a path back to x?
+DOT source, and the same SVG, on every build. :func:`graph_legend` draws the colour key. The question the graphs are drawn to answer, is there
+a path back to x?, is answered by :func:`double_backward.graph_walks.reaches`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ import graphviz
 import torch
 import torchviz
 
-__all__ = ["autograd_graph", "graph_legend", "reaches"]
+
+__all__ = ["autograd_graph", "graph_legend"]
+
 
 # torchviz 0.0.3 compares torch versions with distutils' LooseVersion, which warns on every call.
 _TORCHVIZ_VERSION_WARNING = "distutils Version classes are deprecated"
@@ -170,30 +172,3 @@ def graph_legend() -> graphviz.Digraph:
         fontname="monospace",
     )
     return dot
-
-
-def reaches(tensor: torch.Tensor, leaf: torch.Tensor) -> bool:
-    """Whether ``tensor``'s autograd graph has a path back to the leaf tensor ``leaf``.
-
-    Walks ``grad_fn.next_functions`` looking for the ``AccumulateGrad`` node of ``leaf``. A
-    gradient computed with ``create_graph=True`` can be differentiated with respect to ``leaf``
-    only if this is true.
-    """
-    if not isinstance(tensor, torch.Tensor) or not isinstance(leaf, torch.Tensor):
-        raise TypeError(
-            f"reaches: expected two tensors, got {type(tensor).__name__} and {type(leaf).__name__}"
-        )
-    if not leaf.is_leaf:
-        raise ValueError(
-            "reaches: 'leaf' must be a leaf tensor (created by the user, not computed)"
-        )
-    stack, seen = [tensor.grad_fn], set()
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        if getattr(node, "variable", None) is leaf:
-            return True
-        stack.extend(next_node for next_node, _ in node.next_functions)
-    return False

@@ -8,7 +8,7 @@ import graphviz
 import pytest
 from sphinx_gallery.scrapers import ImagePathIterator
 
-from double_backward.scraper import graphviz_scraper
+from graphviz_scraper import graphviz_scraper
 
 
 @pytest.fixture
@@ -92,7 +92,7 @@ def test_a_graph_under_two_names_is_rendered_once(block_vars, gallery_conf, tmp_
 
 
 def test_an_svg_without_a_size_in_points_is_refused():
-    from double_backward.scraper import _size_in_pixels
+    from graphviz_scraper import _size_in_pixels
 
     with pytest.raises(ValueError, match="no width/height in points"):
         _size_in_pixels(b'<svg width="100%" height="100%"></svg>')

@@ -3,7 +3,7 @@
 Each Function below computes the right value and the right first derivative; each gets the
 second derivative wrong in its own way. The site runs them to show the symptom, the tests
 pin each failure, and :func:`double_backward.check` must name each problem. The fixes are
-in ``double_backward.saving_intermediates`` and ``double_backward.saving_inputs``.
+in ``double_backward.functions.saving_intermediates`` and ``double_backward.functions.saving_inputs``.
 (Two more failures reuse other modules: :class:`double_backward.SinhBad`, which stashes
 intermediates on ``ctx``, and the old-style Functions under :mod:`torch.func`.)
 """
@@ -139,7 +139,7 @@ class CubeBackwardNumpyUnderVmap(torch.autograd.Function):
 
     generate_vmap_rule runs forward on vmap's batched tensors, which NumPy cannot read. A
     NumPy forward needs a hand-written vmap staticmethod, as in
-    :class:`double_backward.setup_context_style.CubeBackward`.
+    :class:`double_backward.functions.setup_context_style.CubeBackward`.
     """
 
     generate_vmap_rule = True  # the mistake
@@ -165,7 +165,7 @@ class SquareWithoutJvp(torch.autograd.Function):
 
     Reverse mode (backward, grad, jacrev, vmap) works; forward mode (jvp, jacfwd, and
     hessian, which is jacfwd over jacrev) raises, as a Function must say how to push a
-    tangent forward. :class:`double_backward.setup_context_style.Square` adds the jvp.
+    tangent forward. :class:`double_backward.functions.setup_context_style.Square` adds the jvp.
     """
 
     generate_vmap_rule = True

@@ -10,9 +10,9 @@ from torch.autograd import gradcheck, gradgradcheck
 from torch.autograd.gradcheck import GradcheckError
 
 from double_backward import Sinh, SinhBad, sinh
-from double_backward.graph import reaches
+from double_backward.graph_walks import reaches
 
-from .helpers import derivatives
+from ..helpers import derivatives
 
 
 def x64(*values: float) -> torch.Tensor:

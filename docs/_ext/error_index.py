@@ -44,7 +44,7 @@ def _no_graph() -> None:
 def _graph_misses_input() -> None:
     import torch
 
-    from double_backward.failures import SquareOnceDifferentiable
+    from double_backward.functions.failures import SquareOnceDifferentiable
 
     x = torch.ones(3, dtype=torch.float64, requires_grad=True)
     grad_out = torch.ones_like(x, requires_grad=True)
@@ -54,7 +54,7 @@ def _graph_misses_input() -> None:
 def _once_differentiable() -> None:
     import torch
 
-    from double_backward.failures import SquareOnceDifferentiable
+    from double_backward.functions.failures import SquareOnceDifferentiable
 
     x = torch.ones(3, dtype=torch.float64, requires_grad=True)
     grad_out = torch.ones_like(x, requires_grad=True)
@@ -64,7 +64,7 @@ def _once_differentiable() -> None:
 def _no_jvp() -> None:
     import torch
 
-    from double_backward.failures import SquareWithoutJvp
+    from double_backward.functions.failures import SquareWithoutJvp
 
     torch.func.hessian(lambda t: SquareWithoutJvp.apply(t).sum())(torch.ones(3))
 
@@ -72,7 +72,7 @@ def _no_jvp() -> None:
 def _numpy_under_vmap() -> None:
     import torch
 
-    from double_backward.failures import CubeBackwardNumpyUnderVmap
+    from double_backward.functions.failures import CubeBackwardNumpyUnderVmap
 
     batch = torch.ones(2, 3)
     torch.func.vmap(CubeBackwardNumpyUnderVmap.apply)(batch, batch)
@@ -82,7 +82,7 @@ def _gradgradcheck_mismatch() -> None:
     import torch
     from torch.autograd import gradgradcheck
 
-    from double_backward.failures import SquareDetachesInBackward
+    from double_backward.functions.failures import SquareDetachesInBackward
 
     x = torch.ones(3, dtype=torch.float64, requires_grad=True)
     gradgradcheck(SquareDetachesInBackward.apply, (x,))

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from torch.autograd import gradcheck, gradgradcheck
 
-from double_backward.graph import reaches
+from double_backward.graph_walks import reaches
 
-from .helpers import CORRECT_FUNCTIONS, derivatives
+from ..helpers import CORRECT_FUNCTIONS, derivatives
 
 SHAPES = {
     "0-d": lambda: torch.randn((), dtype=torch.float64),

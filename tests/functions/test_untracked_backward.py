@@ -7,7 +7,7 @@ import torch
 from torch.autograd import gradcheck, gradgradcheck
 
 from double_backward import Cube, CubeBackward
-from double_backward.untracked_backward import cube_backward_numpy
+from double_backward.functions.untracked_backward import cube_backward_numpy
 
 
 def test_numpy_backward_is_invisible_to_autograd():

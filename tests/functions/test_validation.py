@@ -7,7 +7,7 @@ import torch
 
 from double_backward import Cube, CubeBackward, Exp, Sinh, SinhBad, Square
 
-from .helpers import CORRECT_FUNCTIONS
+from ..helpers import CORRECT_FUNCTIONS
 
 NAMED_FUNCTIONS = [Square, Exp, Sinh, SinhBad, Cube]
 

@@ -1,6 +1,6 @@
 """A sphinx-gallery image scraper that renders Graphviz graphs to SVG.
 
-Named in ``conf.py`` by its dotted path, ``"double_backward.scraper.graphviz_scraper"``: a
+Named in ``conf.py`` by its dotted path, ``"graphviz_scraper.graphviz_scraper"``: a
 function object in ``sphinx_gallery_conf`` cannot be pickled and makes ``sphinx-build -W`` fail.
 After each code block it looks through the example's globals for :class:`graphviz.Digraph` (or
 :class:`graphviz.Graph`) objects it has not rendered yet, renders each with the Graphviz ``dot``

@@ -7,7 +7,7 @@ import torch
 from torch.autograd import gradcheck, gradgradcheck
 from torch.autograd.gradcheck import GradcheckError
 
-from double_backward import failures, setup_context_style
+from double_backward.functions import failures, setup_context_style
 
 BROKEN_SECOND_ORDER = [
     pytest.param(failures.SinhSavesIntermediate.apply, id="saves-intermediate"),

@@ -7,7 +7,7 @@ import torch
 from torch.autograd import gradcheck, gradgradcheck
 from torch.func import grad, hessian, jacfwd, jacrev, jvp, vmap
 
-from double_backward import setup_context_style as modern
+from double_backward.functions import setup_context_style as modern
 
 PAIRS = [
     pytest.param(modern.Square.apply, lambda x: x**2, id="Square"),

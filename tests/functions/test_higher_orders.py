@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch.autograd import gradcheck, gradgradcheck
 
-from double_backward.higher_orders import Cos, Sin
+from double_backward.functions.higher_orders import Cos, Sin
 
-from .helpers import derivatives
+from ..helpers import derivatives
 
 
 @pytest.mark.parametrize(

@@ -177,10 +177,12 @@ def _flatten(value: object) -> list[object]:
 
 def _kind(value: object) -> str:
     if isinstance(value, torch.Tensor):
-        return f"a {str(value.dtype).removeprefix('torch.')} tensor"
-    if isinstance(value, np.ndarray):
-        return "a NumPy array"
-    return f"a {type(value).__name__}"
+        what = f"{str(value.dtype).removeprefix('torch.')} tensor"
+    elif isinstance(value, np.ndarray):
+        what = "NumPy array"
+    else:
+        what = type(value).__name__
+    return f"{'an' if what[0] in 'aeiou' else 'a'} {what}"
 
 
 def _quietly(compute: Callable[[], Any]) -> Any:
@@ -199,6 +201,8 @@ class _Call:
     kwargs: dict[str, Any]
     slots: list[int | str]  # positions and keyword names of the differentiated inputs
     kept: list[int] = dataclasses.field(default_factory=list)  # checked output leaves
+    # (data_ptr, shape) of every tensor a Function marked non-differentiable in the last call
+    marked: list[tuple[int, torch.Size]] = dataclasses.field(default_factory=list)
 
     def label(self, slot: int | str) -> str:
         return f"argument {slot}" if isinstance(slot, int) else f"keyword '{slot}'"
@@ -341,7 +345,8 @@ def _structure(
             if not _is_float(tensor) or tensor.requires_grad:
                 continue  # integers never need history; a tensor with history is fine
             where = f"saved tensor #{index} of {name} ({_describe(tensor)})"
-            if any(_same(tensor, out) for out in tensor_outputs):
+            marked = (tensor.data_ptr(), tensor.shape) in call.marked
+            if marked or any(_same(tensor, out) for out in tensor_outputs):
                 found.saved_non_differentiable_outputs.append(where)
             elif not any(_same(tensor, x) for x in inputs):
                 # Not an input we differentiate; an argument the caller left out of wrt is
@@ -401,6 +406,28 @@ def _hvp_agreement(
         torch.allclose(f, r, rtol=tol["rtol"], atol=tol["atol"])
         for f, r in zip(forward, reverse, strict=True)
     )
+    return "agree" if agree else "DISAGREE"
+
+
+def _jvp_agreement(
+    call: _Call, inputs: tuple[torch.Tensor, ...], weights: list[torch.Tensor], tol: dict
+) -> str:
+    """The first derivative by forward mode (the jvp staticmethod) against reverse mode:
+    wᵀ(J t) from a jvp against (wᵀJ) t from backward, for random w and t."""
+    detached = tuple(x.detach() for x in inputs)
+    tangents = tuple(torch.randn_like(x) for x in inputs)
+    try:
+        _, jvps = _quietly(lambda: torch.func.jvp(call, detached, tangents))
+    except Exception as error:  # noqa: BLE001
+        return f"skipped (no forward mode: {_message(error, 200).split('. ')[0]})"
+    leaves = tuple(x.detach().requires_grad_() for x in inputs)
+    grads = torch.autograd.grad(
+        call(*leaves), leaves, weights, allow_unused=True, materialize_grads=True
+    )
+    forward = sum((w * j).sum() for w, j in zip(weights, jvps, strict=True))
+    reverse = sum((g * t).sum() for g, t in zip(grads, tangents, strict=True))
+    scale = 1 + float(reverse.abs())
+    agree = abs(float(forward - reverse)) <= tol["atol"] * scale + tol["rtol"] * scale
     return "agree" if agree else "DISAGREE"
 
 
@@ -658,11 +685,14 @@ def check(
 
     _zero_second_derivative_note(call, inputs, weights, found, report)
     report.notes += _notes_on_passing_structure(found)
+    report.results["forward vs reverse mode"] = _jvp_agreement(call, inputs, weights, tol)
     report.results["forward-over-reverse HVP"] = _hvp_agreement(call, inputs, weights, tol)
-    if report.results["forward-over-reverse HVP"] == "DISAGREE":
+    compared = ("forward vs reverse mode", "forward-over-reverse HVP")
+    disagreeing = [name for name in compared if report.results[name] == "DISAGREE"]
+    if disagreeing:
         report.problems.append(Problem("forward-mode-mismatch", (
-            "forward-over-reverse and reverse-over-reverse Hessian-vector products disagree: "
-            "the jvp staticmethod does not compute the same derivative as backward."
+            f"forward mode and reverse mode disagree ({', '.join(disagreeing)}): the jvp "
+            "staticmethod does not compute the same derivative as backward."
         ), "modern"))  # fmt: skip
     if third_order:
         _check_third_order(call, inputs, weights, tol, fast, report)
@@ -699,11 +729,24 @@ def _check_third_order(
 def _try_outputs(
     call: _Call, inputs: tuple[torch.Tensor, ...]
 ) -> tuple[list[object], BaseException | None]:
+    """Call the Function, noting the tensors it marks non-differentiable (which a wrapper
+    such as ``lambda x: F.apply(x)[0]`` may hide from its outputs)."""
+    ctx_class = torch.autograd.function.FunctionCtx
+    original = ctx_class.mark_non_differentiable
+    call.marked = []
+
+    def mark_non_differentiable(ctx: Any, *tensors: torch.Tensor) -> None:
+        call.marked += [(t.data_ptr(), t.shape) for t in tensors if isinstance(t, torch.Tensor)]
+        original(ctx, *tensors)
+
+    ctx_class.mark_non_differentiable = mark_non_differentiable  # type: ignore[method-assign]
     try:
         with torch.enable_grad():
             return _quietly(lambda: call.outputs(*inputs)), None
     except Exception as error:  # noqa: BLE001 - reported, with its message
         return [], error
+    finally:
+        ctx_class.mark_non_differentiable = original  # type: ignore[method-assign]
 
 
 def _choose_outputs(call: _Call, outputs: list[object], report: Report) -> None:

@@ -1,0 +1,189 @@
+"""The checker on a corpus of Functions modelled on real projects: no false alarm, no miss,
+no crash, the right cause.
+
+Whether each Function's double backward works is decided here by independent means, never by
+the checker: its first and second derivatives (with an incoming gradient that requires grad,
+so mixed terms count) are compared with those of a native-torch twin computing the same
+outputs, and its own ``gradgradcheck`` must agree with that comparison.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.autograd.gradcheck import gradgradcheck
+
+from double_backward.checker import check
+
+from .checker_corpus import CASES, Case
+
+
+def _floating(case: Case) -> list[int]:
+    if case.wrt is not None:
+        return list(case.wrt)
+    return [i for i, a in enumerate(case.args) if torch.is_tensor(a) and a.is_floating_point()]
+
+
+def _differentiable_outputs(output) -> list[torch.Tensor]:
+    leaves = output if isinstance(output, tuple) else (output,)
+    return [o for o in leaves if torch.is_tensor(o) and o.is_floating_point() and o.requires_grad]
+
+
+def _derivatives(fn, case: Case, seed: int = 0):
+    """First derivatives and a second-order product (HVP plus mixed terms) of ``fn``."""
+    torch.manual_seed(seed)
+    slots = _floating(case)
+    args = list(case.args)
+    for i in slots:
+        args[i] = case.args[i].detach().clone().requires_grad_()
+    leaves = [args[i] for i in slots]
+    outputs = _differentiable_outputs(fn(*[a.clone() if i in slots else a
+                                           for i, a in enumerate(args)], **case.kwargs))  # fmt: skip
+    vs = [torch.randn_like(o).requires_grad_() for o in outputs]
+    firsts = torch.autograd.grad(
+        outputs, leaves, vs, create_graph=True, allow_unused=True, materialize_grads=True
+    )
+    us = [torch.randn_like(x) for x in leaves]
+    dot = sum((f * u).sum() for f, u in zip(firsts, us, strict=True))
+    if not dot.requires_grad:  # a constant first derivative: all second derivatives are 0
+        seconds = [torch.zeros_like(t) for t in [*leaves, *vs]]
+    else:
+        seconds = torch.autograd.grad(
+            dot, [*leaves, *vs], allow_unused=True, materialize_grads=True
+        )
+    return [f.detach() for f in firsts], [s.detach() for s in seconds]
+
+
+def _verdict(case: Case) -> str:
+    """'ok', 'first-order' or 'second-order', by comparison with the native twin."""
+    first_native, second_native = _derivatives(case.native, case)
+    try:
+        first, second = _derivatives(case.fn, case)
+    except RuntimeError:
+        return "second-order"  # double backward raised (the first backward works, below)
+    tol = {"rtol": 1e-4, "atol": 1e-5} if case.args[0].dtype == torch.float32 else {}
+    if not all(torch.allclose(a, b, **tol) for a, b in zip(first, first_native, strict=True)):
+        return "first-order"
+    if not all(torch.allclose(a, b, **tol) for a, b in zip(second, second_native, strict=True)):
+        return "second-order"
+    return "ok"
+
+
+DOUBLE_BACKWARD_CASES = [c for c in CASES if c.native is not None]
+SECOND_ORDER_PROBLEMS = {
+    "stashed-on-ctx", "saved-intermediate", "non-differentiable-outputs",
+    "wrong-second-derivative", "no-graph", "once-differentiable", "out-in-backward",
+}  # fmt: skip
+
+
+def test_the_corpus_is_large_enough_and_has_both_kinds():
+    assert len(CASES) >= 30
+    assert sum(not c.problems for c in CASES) >= 20
+    assert sum(bool(c.problems) for c in CASES) >= 10
+
+
+@pytest.mark.parametrize("case", DOUBLE_BACKWARD_CASES, ids=lambda c: c.id)
+def test_expected_verdicts_hold_by_independent_means(case):
+    """The expectation written in the corpus is what the native comparison shows."""
+    if case.id in ("reentrant-checkpoint",):
+        with pytest.raises(RuntimeError, match=r"incompatible with \.grad\(\)"):
+            _derivatives(case.fn, case)
+        return
+    verdict = _verdict(case)
+    if case.problems & SECOND_ORDER_PROBLEMS:
+        assert verdict == "second-order"
+    elif "first-order" in case.problems:
+        assert verdict == "first-order"
+    else:  # correct for double backward (a wrong jvp is forward mode only)
+        assert verdict == "ok"
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in DOUBLE_BACKWARD_CASES if c.args[0].dtype == torch.float64
+             and c.id not in ("reentrant-checkpoint", "wrong-first-derivative")],
+    ids=lambda c: c.id,
+)  # fmt: skip
+def test_gradgradcheck_agrees_with_the_native_comparison(case):
+    slots = _floating(case)
+
+    def fn(*xs):
+        args = list(case.args)
+        for i, x in zip(slots, xs, strict=True):
+            args[i] = x.clone()
+        return tuple(_differentiable_outputs(case.fn(*args, **case.kwargs)))
+
+    inputs = tuple(case.args[i].detach().clone().requires_grad_() for i in slots)
+    try:
+        passed = gradgradcheck(fn, inputs, raise_exception=False)
+    except RuntimeError:
+        passed = False
+    assert passed == (not case.problems & SECOND_ORDER_PROBLEMS)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_the_checker_names_exactly_the_expected_problems(case):
+    report = check(case.fn, *case.args, **case.options, **case.kwargs)
+    assert report.problem_names() == set(case.problems), str(report)
+    assert str(report)  # renders
+
+
+def test_a_correct_relu_gets_a_plain_zero_second_derivative_note():
+    (case,) = [c for c in CASES if c.id == "relu-mask"]
+    report = check(case.fn, *case.args)
+    assert any("second derivative is zero" in note for note in report.notes)
+
+
+def test_integer_tensors_are_never_blamed():
+    # Saved int64 indices and an int64 index argument: neither differentiated nor named as
+    # saved without history; an int64 output is only said to be left out.
+    for case_id in ("sort-index-output", "gather-int-index"):
+        (case,) = [c for c in CASES if c.id == case_id]
+        report = check(case.fn, *case.args)
+        assert "int64" not in report.results["inputs"]
+        saying_int = [note for note in report.notes if "int64" in note]
+        assert all("left out of the checks" in note for note in saying_int), str(report)
+    (case,) = [c for c in CASES if c.id == "sort-index-output"]
+    assert any("output 1 is an int64 tensor" in n for n in check(case.fn, *case.args).notes)
+
+
+def test_a_saved_float_mask_that_breaks_nothing_is_a_note():
+    (case,) = [c for c in CASES if c.id == "relu-saved-float-mask"]
+    report = check(case.fn, *case.args)
+    assert report.ok
+    assert any("saved tensor #0 of ReLUSavedMask" in note for note in report.notes)
+
+
+def test_causes_name_each_tensor_where_saved_dtype_and_shape():
+    (case,) = [c for c in CASES if c.id == "swish-stashed-sigmoid"]
+    (problem,) = check(case.fn, *case.args).problems
+    assert "ctx.sig in SwishStashed (float64, shape (3, 4))" in problem.diagnosis
+    (case,) = [c for c in CASES if c.id == "gallery-saved-intermediate"]
+    (problem,) = check(case.fn, *case.args).problems
+    assert "saved tensor #1 of SinhSavesIntermediate (float64, shape (3, 4))" in (
+        problem.diagnosis
+    )
+
+
+def test_non_floating_outputs_are_left_out_with_a_note():
+    (case,) = [c for c in CASES if c.id == "numpy-and-number-outputs"]
+    report = check(case.fn, *case.args)
+    assert report.ok
+    assert any("output 1 is a NumPy array" in note for note in report.notes)
+    assert any("output 2 is a float" in note for note in report.notes)
+
+
+def test_a_float32_only_function_is_checked_in_float32_with_a_note():
+    (case,) = [c for c in CASES if c.id == "float32-only"]
+    report = check(case.fn, *case.args)
+    assert report.ok, str(report)
+    assert "float32" in report.results["inputs"]
+    assert any("refused torch.float64" in note for note in report.notes)
+
+
+def test_an_error_raised_by_the_function_is_reported_with_its_message():
+    (case,) = [c for c in CASES if c.id == "raises-in-forward"]
+    (problem,) = check(case.fn, *case.args).problems
+    assert "ValueError: Needs2D: expected a 2-D input, got 1-D" in problem.diagnosis
+    (case,) = [c for c in CASES if c.id == "reentrant-checkpoint"]
+    (problem,) = check(case.fn, *case.args).problems
+    assert "incompatible with .grad()" in problem.diagnosis

@@ -21,12 +21,20 @@ from .checker_corpus import CASES, Case
 def _floating(case: Case) -> list[int]:
     if case.wrt is not None:
         return list(case.wrt)
-    return [i for i, a in enumerate(case.args) if torch.is_tensor(a) and a.is_floating_point()]
+    return [
+        i
+        for i, a in enumerate(case.args)
+        if torch.is_tensor(a) and a.is_floating_point()
+    ]
 
 
 def _differentiable_outputs(output) -> list[torch.Tensor]:
     leaves = output if isinstance(output, tuple) else (output,)
-    return [o for o in leaves if torch.is_tensor(o) and o.is_floating_point() and o.requires_grad]
+    return [
+        o
+        for o in leaves
+        if torch.is_tensor(o) and o.is_floating_point() and o.requires_grad
+    ]
 
 
 def _derivatives(fn, case: Case, seed: int = 0):
@@ -37,15 +45,22 @@ def _derivatives(fn, case: Case, seed: int = 0):
     for i in slots:
         args[i] = case.args[i].detach().clone().requires_grad_()
     leaves = [args[i] for i in slots]
-    outputs = _differentiable_outputs(fn(*[a.clone() if i in slots else a
-                                           for i, a in enumerate(args)], **case.kwargs))  # fmt: skip
+    cloned = [a.clone() if i in slots else a for i, a in enumerate(args)]
+    outputs = _differentiable_outputs(fn(*cloned, **case.kwargs))
     vs = [torch.randn_like(o).requires_grad_() for o in outputs]
     firsts = torch.autograd.grad(
-        outputs, leaves, vs, create_graph=True, allow_unused=True, materialize_grads=True
+        outputs,
+        leaves,
+        vs,
+        create_graph=True,
+        allow_unused=True,
+        materialize_grads=True,
     )
     us = [torch.randn_like(x) for x in leaves]
     dot = sum((f * u).sum() for f, u in zip(firsts, us, strict=True))
-    if not dot.requires_grad:  # a constant first derivative: all second derivatives are 0
+    if (
+        not dot.requires_grad
+    ):  # a constant first derivative: all second derivatives are 0
         seconds = [torch.zeros_like(t) for t in [*leaves, *vs]]
     else:
         seconds = torch.autograd.grad(
@@ -60,11 +75,17 @@ def _verdict(case: Case) -> str:
     try:
         first, second = _derivatives(case.fn, case)
     except RuntimeError:
-        return "second-order"  # double backward raised (the first backward works, below)
+        return (
+            "second-order"  # double backward raised (the first backward works, below)
+        )
     tol = {"rtol": 1e-4, "atol": 1e-5} if case.args[0].dtype == torch.float32 else {}
-    if not all(torch.allclose(a, b, **tol) for a, b in zip(first, first_native, strict=True)):
+    if not all(
+        torch.allclose(a, b, **tol) for a, b in zip(first, first_native, strict=True)
+    ):
         return "first-order"
-    if not all(torch.allclose(a, b, **tol) for a, b in zip(second, second_native, strict=True)):
+    if not all(
+        torch.allclose(a, b, **tol) for a, b in zip(second, second_native, strict=True)
+    ):
         return "second-order"
     return "ok"
 
@@ -143,7 +164,9 @@ def test_integer_tensors_are_never_blamed():
         saying_int = [note for note in report.notes if "int64" in note]
         assert all("left out of the checks" in note for note in saying_int), str(report)
     (case,) = [c for c in CASES if c.id == "sort-index-output"]
-    assert any("output 1 is an int64 tensor" in n for n in check(case.fn, *case.args).notes)
+    assert any(
+        "output 1 is an int64 tensor" in n for n in check(case.fn, *case.args).notes
+    )
 
 
 def test_a_saved_float_mask_that_breaks_nothing_is_a_note():

@@ -136,10 +136,14 @@ class Report:
                 "  torch.func (reported, not required; see "
                 f"{DOCS_URL + PAGES['compatibility']}):"
             )
-            lines += [f"    {name:28} {result}" for name, result in self.torch_func.items()]
+            lines += [
+                f"    {name:28} {result}" for name, result in self.torch_func.items()
+            ]
         lines += [f"  note: {note}" for note in self.notes]
         if self.ok:
-            lines.append("No problem found: double backward works at the points checked.")
+            lines.append(
+                "No problem found: double backward works at the points checked."
+            )
         else:
             lines.append(f"{len(self.problems)} problem(s):")
             lines += [str(problem) for problem in self.problems]
@@ -152,12 +156,20 @@ class Report:
 def _message(error: BaseException, limit: int = 300) -> str:
     """The error's type and its message (first lines), enough to recognise and search it."""
     text = str(error).strip()
-    if isinstance(error, GradcheckError):  # keep the sentence, not the Jacobians it prints
+    if isinstance(
+        error, GradcheckError
+    ):  # keep the sentence, not the Jacobians it prints
         text = text.split(",\nnumerical")[0].split("\n")[0]
     text = " ".join(text.split())
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _short(error: BaseException) -> str:
+    """The first sentence of the error, without torch's list of transforms."""
+    text = _message(error, 400).replace(" (vmap, grad, jvp, jacrev, ...)", "")
+    return text.split(". ")[0]
 
 
 def _describe(tensor: torch.Tensor) -> str:
@@ -312,16 +324,16 @@ class _Structure:
 
     stashed: list[str] = dataclasses.field(default_factory=list)
     saved_intermediates: list[str] = dataclasses.field(default_factory=list)
-    saved_non_differentiable_outputs: list[str] = dataclasses.field(default_factory=list)
+    saved_non_differentiable_outputs: list[str] = dataclasses.field(
+        default_factory=list
+    )
     once_differentiable: list[str] = dataclasses.field(default_factory=list)
     multi_output: list[str] = dataclasses.field(default_factory=list)
     not_reaching: list[str] = dataclasses.field(default_factory=list)
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (
-        a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.dtype == b.dtype
-    )
+    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.dtype == b.dtype
 
 
 def _structure(
@@ -351,12 +363,15 @@ def _structure(
             elif not any(_same(tensor, x) for x in inputs):
                 # Not an input we differentiate; an argument the caller left out of wrt is
                 # a constant and may be saved as it is.
-                constants = [a for a in (*call.args, *call.kwargs.values()) if _is_float(a)]
+                constants = [
+                    a for a in (*call.args, *call.kwargs.values()) if _is_float(a)
+                ]
                 if not any(_same(tensor, c) for c in constants):
                     found.saved_intermediates.append(where)
-        differentiable = [o for o in outputs if _is_float(o) and o.grad_fn is node]
-        if len(differentiable) > 1:
-            found.multi_output.append(f"{name} ({len(differentiable)} outputs)")
+        # One metadata entry per output of forward, even those a wrapper drops.
+        count = len(getattr(node, "_input_metadata", ()))
+        if count > 1:
+            found.multi_output.append(f"{name} ({count} outputs)")
     return found
 
 
@@ -382,7 +397,10 @@ def _run_check(compute: Callable[[], object]) -> None:
 
 
 def _hvp_agreement(
-    call: _Call, inputs: tuple[torch.Tensor, ...], weights: list[torch.Tensor], tol: dict
+    call: _Call,
+    inputs: tuple[torch.Tensor, ...],
+    weights: list[torch.Tensor],
+    tol: dict,
 ) -> str:
     """Forward-over-reverse against reverse-over-reverse Hessian-vector products."""
     scalar = call.scalar(weights)
@@ -392,16 +410,22 @@ def _hvp_agreement(
         gradient = torch.func.grad(scalar, argnums=tuple(range(len(inputs))))
         forward = _quietly(lambda: torch.func.jvp(gradient, detached, vectors)[1])
     except Exception as error:  # noqa: BLE001
-        return f"skipped (no forward mode: {_message(error, 200).split('. ')[0]})"
+        return f"skipped (no forward mode: {_short(error)})"
     leaves = tuple(x.detach().requires_grad_() for x in inputs)
     grads = torch.autograd.grad(
-        scalar(*leaves), leaves, create_graph=True, allow_unused=True, materialize_grads=True
+        scalar(*leaves),
+        leaves,
+        create_graph=True,
+        allow_unused=True,
+        materialize_grads=True,
     )
     dot = sum((g * v).sum() for g, v in zip(grads, vectors, strict=True))
     if not dot.requires_grad:
         reverse = tuple(torch.zeros_like(x) for x in inputs)
     else:
-        reverse = torch.autograd.grad(dot, leaves, allow_unused=True, materialize_grads=True)
+        reverse = torch.autograd.grad(
+            dot, leaves, allow_unused=True, materialize_grads=True
+        )
     agree = all(
         torch.allclose(f, r, rtol=tol["rtol"], atol=tol["atol"])
         for f, r in zip(forward, reverse, strict=True)
@@ -410,7 +434,10 @@ def _hvp_agreement(
 
 
 def _jvp_agreement(
-    call: _Call, inputs: tuple[torch.Tensor, ...], weights: list[torch.Tensor], tol: dict
+    call: _Call,
+    inputs: tuple[torch.Tensor, ...],
+    weights: list[torch.Tensor],
+    tol: dict,
 ) -> str:
     """The first derivative by forward mode (the jvp staticmethod) against reverse mode:
     wᵀ(J t) from a jvp against (wᵀJ) t from backward, for random w and t."""
@@ -419,7 +446,7 @@ def _jvp_agreement(
     try:
         _, jvps = _quietly(lambda: torch.func.jvp(call, detached, tangents))
     except Exception as error:  # noqa: BLE001
-        return f"skipped (no forward mode: {_message(error, 200).split('. ')[0]})"
+        return f"skipped (no forward mode: {_short(error)})"
     leaves = tuple(x.detach().requires_grad_() for x in inputs)
     grads = torch.autograd.grad(
         call(*leaves), leaves, weights, allow_unused=True, materialize_grads=True
@@ -468,8 +495,7 @@ def _torch_func_support(
         try:
             _quietly(probe)
         except Exception as error:  # noqa: BLE001
-            first_sentence = _message(error, 200).split(". ")[0].split(" (vmap")[0]
-            results[name] = f"not supported ({first_sentence})"
+            results[name] = f"not supported ({_short(error)})"
         else:
             results[name] = "works"
     return results
@@ -601,9 +627,13 @@ def check(
     - ``third_order``: also check the third derivative.
     """
     if not callable(fn):
-        raise TypeError(f"check: 'fn' must be callable, e.g. MyFunction.apply, got {fn!r}")
+        raise TypeError(
+            f"check: 'fn' must be callable, e.g. MyFunction.apply, got {fn!r}"
+        )
     if dtype not in TOLERANCES:
-        raise TypeError(f"check: dtype must be one of {list(TOLERANCES)}, got {dtype!r}")
+        raise TypeError(
+            f"check: dtype must be one of {list(TOLERANCES)}, got {dtype!r}"
+        )
     if not isinstance(points, int) or points < 1:
         raise ValueError(f"check: points must be a positive int, got {points!r}")
     slots = _slots(args, kwargs, wrt)
@@ -649,13 +679,14 @@ def check(
     tol = TOLERANCES[dtype]
     numel = sum(x.numel() for x in inputs)
     fast = numel > FAST_MODE_ABOVE if fast_mode is None else fast_mode
-    report.results["inputs"] = (
-        ", ".join(f"{call.label(s)}: {_describe(x)}" for s, x in zip(slots, inputs, strict=True))
-        + (" (gradcheck fast mode)" if fast else "")
-    )
+    report.results["inputs"] = ", ".join(
+        f"{call.label(s)}: {_describe(x)}" for s, x in zip(slots, inputs, strict=True)
+    ) + (" (gradcheck fast mode)" if fast else "")
     found = _structure(call, inputs, outputs)
     for node in found.once_differentiable:
-        report.notes.append(f"{node} is marked @once_differentiable (first-order only).")
+        report.notes.append(
+            f"{node} is marked @once_differentiable (first-order only)."
+        )
 
     weights = [torch.randn(outputs[i].shape, dtype=outputs[i].dtype, generator=generator)
                for i in call.kept]  # fmt: skip
@@ -676,7 +707,9 @@ def check(
                 )
                 continue
             if not _finite(call, outs, None, where):
-                report.notes.append(f"{where} was skipped: NaN or inf in the outputs there.")
+                report.notes.append(
+                    f"{where} was skipped: NaN or inf in the outputs there."
+                )
                 continue
         checked_points += 1
         if not _check_point(call, at, where, tol, fast, found, weights, report):
@@ -685,8 +718,12 @@ def check(
 
     _zero_second_derivative_note(call, inputs, weights, found, report)
     report.notes += _notes_on_passing_structure(found)
-    report.results["forward vs reverse mode"] = _jvp_agreement(call, inputs, weights, tol)
-    report.results["forward-over-reverse HVP"] = _hvp_agreement(call, inputs, weights, tol)
+    report.results["forward vs reverse mode"] = _jvp_agreement(
+        call, inputs, weights, tol
+    )
+    report.results["forward-over-reverse HVP"] = _hvp_agreement(
+        call, inputs, weights, tol
+    )
     compared = ("forward vs reverse mode", "forward-over-reverse HVP")
     disagreeing = [name for name in compared if report.results[name] == "DISAGREE"]
     if disagreeing:
@@ -736,7 +773,9 @@ def _try_outputs(
     call.marked = []
 
     def mark_non_differentiable(ctx: Any, *tensors: torch.Tensor) -> None:
-        call.marked += [(t.data_ptr(), t.shape) for t in tensors if isinstance(t, torch.Tensor)]
+        call.marked += [
+            (t.data_ptr(), t.shape) for t in tensors if isinstance(t, torch.Tensor)
+        ]
         original(ctx, *tensors)
 
     ctx_class.mark_non_differentiable = mark_non_differentiable  # type: ignore[method-assign]
@@ -768,7 +807,9 @@ def _choose_outputs(call: _Call, outputs: list[object], report: Report) -> None:
             )
 
 
-def _finite(call: _Call, outputs: list[object], report: Report | None, where: str) -> bool:
+def _finite(
+    call: _Call, outputs: list[object], report: Report | None, where: str
+) -> bool:
     bad = [i for i in call.kept if not torch.isfinite(outputs[i]).all()]
     if bad and report is not None:
         report.problems.append(Problem("non-finite", (
@@ -865,7 +906,9 @@ class UsageError(Exception):
 def _load(target: str) -> tuple[Callable[..., Any], str]:
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
-        raise UsageError(f"expected module:Function, e.g. double_backward:Square, got {target!r}")
+        raise UsageError(
+            f"expected module:Function, e.g. double_backward:Square, got {target!r}"
+        )
     try:
         obj: Any = importlib.import_module(module_name)
         for part in attribute.split("."):
@@ -896,7 +939,9 @@ def _range(text: str) -> tuple[float, float]:
             f"a range is two numbers low,high, e.g. -1,1, got {text!r}"
         ) from error
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
-        raise argparse.ArgumentTypeError(f"a range needs finite low < high, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"a range needs finite low < high, got {text!r}"
+        )
     return low, high
 
 
@@ -912,9 +957,15 @@ def _literal(text: str) -> Any:
 
 DOMAINS = {
     "real": lambda shape, g: torch.randn(shape, generator=g, dtype=torch.float64),
-    "positive": lambda shape, g: torch.rand(shape, generator=g, dtype=torch.float64) * 2 + 0.1,
-    "negative": lambda shape, g: -(torch.rand(shape, generator=g, dtype=torch.float64) * 2 + 0.1),
-    "unit": lambda shape, g: torch.rand(shape, generator=g, dtype=torch.float64) * 1.8 - 0.9,
+    "positive": lambda shape, g: (
+        torch.rand(shape, generator=g, dtype=torch.float64) * 2 + 0.1
+    ),
+    "negative": lambda shape, g: (
+        -(torch.rand(shape, generator=g, dtype=torch.float64) * 2 + 0.1)
+    ),
+    "unit": lambda shape, g: (
+        torch.rand(shape, generator=g, dtype=torch.float64) * 1.8 - 0.9
+    ),
 }
 
 
@@ -942,7 +993,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--points", type=int, default=2, help="points to check at")
     parser.add_argument("--full", action="store_true",
                         help="gradcheck's full mode even for large inputs (slow)")  # fmt: skip
-    parser.add_argument("--third-order", action="store_true", help="also check order three")
+    parser.add_argument(
+        "--third-order", action="store_true", help="also check order three"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser

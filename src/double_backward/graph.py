@@ -17,7 +17,6 @@ import graphviz
 import torch
 import torchviz
 
-
 __all__ = ["autograd_graph", "graph_legend"]
 
 

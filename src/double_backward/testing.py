@@ -31,7 +31,9 @@ from .checker import Report, check
 __all__ = ["assert_supports_double_backward"]
 
 
-def assert_supports_double_backward(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Report:
+def assert_supports_double_backward(
+    fn: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Report:
     """Run :func:`double_backward.check` on ``fn(*args, **kwargs)``; raise ``AssertionError``
     carrying the report when it finds a problem, and return the report otherwise.
 

@@ -89,6 +89,13 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/docs_build.py", *session.posargs)
 
 
+@nox.session(reuse_venv=True)
+def bench_checker(session: nox.Session) -> None:
+    """Time one double_backward.check against the input size, 10 to 100,000 elements."""
+    install(session)
+    session.run("python", "benchmarks/checker_scaling.py", *session.posargs)
+
+
 RUNTIME_VENV = ROOT / ".nox" / "site-runtime"
 
 

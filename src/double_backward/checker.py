@@ -67,7 +67,8 @@ PAGES = {
 
 # Above this many elements (all differentiated inputs together), gradcheck runs in fast mode:
 # one random projection of the Jacobian instead of all of it, so the cost grows linearly.
-FAST_MODE_ABOVE = 1000
+# Full mode costs a few calls per element: about a second at 100 elements.
+FAST_MODE_ABOVE = 100
 # Tolerances of gradcheck per dtype: float32's finite differences need a larger step.
 TOLERANCES = {
     torch.float64: {"eps": 1e-6, "atol": 1e-5, "rtol": 1e-3},
@@ -623,7 +624,7 @@ def check(
     - ``points``: how many points to check at: your inputs, then points whose values are
       mixed from yours (so a positive or bounded domain is kept).
     - ``fast_mode``: gradcheck's fast mode (a random projection of the Jacobian); by
-      default on above 1000 differentiated elements, so the cost grows linearly.
+      default on above 100 differentiated elements, so the cost grows linearly.
     - ``third_order``: also check the third derivative.
     """
     if not callable(fn):

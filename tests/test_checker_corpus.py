@@ -151,7 +151,16 @@ def test_the_checker_names_exactly_the_expected_problems(case):
 def test_a_correct_relu_gets_a_plain_zero_second_derivative_note():
     (case,) = [c for c in CASES if c.id == "relu-mask"]
     report = check(case.fn, *case.args)
-    assert any("second derivative is zero" in note for note in report.notes)
+    assert any("second derivative with respect to itself is zero" in n for n in report.notes)
+
+
+def test_a_bilinear_function_is_not_said_to_have_a_zero_second_derivative():
+    # matmul's second derivative is mixed only: each note speaks of one input by itself.
+    (case,) = [c for c in CASES if c.id == "matmul"]
+    notes = check(case.fn, *case.args).notes
+    assert len(notes) == 2
+    assert "gradient with respect to argument 1 has no graph back to argument 1" in notes[1]
+    assert "mixed terms were still checked" in notes[1]
 
 
 def test_integer_tensors_are_never_blamed():

@@ -42,6 +42,7 @@ import importlib
 import json
 import math
 import sys
+import textwrap
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -92,8 +93,14 @@ class Problem:
         return DOCS_URL + PAGES[self.page] if self.page else ""
 
     def __str__(self) -> str:
+        text = textwrap.fill(
+            f"[{self.name}] {self.diagnosis}",
+            92,
+            subsequent_indent="    ",
+            break_on_hyphens=False,
+        )
         fix = f"\n    read: {self.url}" if self.page else ""
-        return f"[{self.name}] {self.diagnosis}{fix}"
+        return text + fix
 
     def as_dict(self) -> dict[str, str]:
         return {"name": self.name, "diagnosis": self.diagnosis, "url": self.url}
@@ -137,10 +144,26 @@ class Report:
                 "  torch.func (reported, not required; see "
                 f"{DOCS_URL + PAGES['compatibility']}):"
             )
-            lines += [
-                f"    {name:28} {result}" for name, result in self.torch_func.items()
-            ]
-        lines += [f"  note: {note}" for note in self.notes]
+            if (
+                len(set(self.torch_func.values())) == 1
+            ):  # one reason for all: say it once
+                names = ", ".join(self.torch_func)
+                lines.append(f"    {names}: {next(iter(self.torch_func.values()))}")
+            else:
+                lines += [
+                    f"    {name:28} {result}"
+                    for name, result in self.torch_func.items()
+                ]
+        lines += [
+            textwrap.fill(
+                f"note: {note}",
+                92,
+                initial_indent="  ",
+                subsequent_indent="    ",
+                break_on_hyphens=False,
+            )
+            for note in self.notes
+        ]
         if self.ok:
             lines.append(
                 "No problem found: double backward works at the points checked."
@@ -722,9 +745,14 @@ def check(
     report.results["forward vs reverse mode"] = _jvp_agreement(
         call, inputs, weights, tol
     )
-    report.results["forward-over-reverse HVP"] = _hvp_agreement(
-        call, inputs, weights, tol
-    )
+    if report.results["forward vs reverse mode"].startswith("skipped"):
+        report.results["forward-over-reverse HVP"] = (
+            "skipped (no forward mode, as above)"
+        )
+    else:
+        report.results["forward-over-reverse HVP"] = _hvp_agreement(
+            call, inputs, weights, tol
+        )
     compared = ("forward vs reverse mode", "forward-over-reverse HVP")
     disagreeing = [name for name in compared if report.results[name] == "DISAGREE"]
     if disagreeing:
@@ -888,12 +916,12 @@ def _zero_second_derivative_note(
     found: _Structure,
     report: Report,
 ) -> None:
-    flat = _not_reaching(call, inputs, weights)
-    if flat:
+    for label in _not_reaching(call, inputs, weights):
         report.notes.append(
-            f"the first derivative with respect to {', '.join(flat)} has no graph back to "
-            "it, and gradgradcheck agrees: its second derivative is zero (a linear or "
-            "piecewise-linear Function). That is an answer, not a problem."
+            f"the gradient with respect to {label} has no graph back to {label}, and "
+            "gradgradcheck agrees: its second derivative with respect to itself is zero (the "
+            "Function is linear or piecewise-linear in it; mixed terms were still checked). "
+            "That is an answer, not a problem."
         )
 
 

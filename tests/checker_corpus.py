@@ -610,20 +610,20 @@ def _cases() -> list[Case]:
             ConstantPad.apply,
             (randn(2, 3), (1, 2), None),
             lambda x, pad, _: F.pad(x, pad),
-        ),  # fmt: skip
+        ),
         Case("sum-int-dim", SumDim.apply, (randn(3, 4), 1), lambda x, d: x.sum(d)),
         Case(
             "sort-index-output",
             SortValues.apply,
             (randn(3, 4),),
             lambda x: torch.sort(x, dim=-1).values,
-        ),  # fmt: skip
+        ),
         Case(
             "gather-int-index",
             Gather.apply,
             (randn(3, 5), index),
             lambda x, i: x.gather(1, i),
-        ),  # fmt: skip
+        ),
         Case("inplace-relu-mark-dirty", InplaceReLU.apply, (randn(3, 4),), torch.relu),
         Case("matmul", MatMul.apply, (randn(3, 4), randn(4, 2)), torch.matmul),
         Case("broadcast-mul", BroadcastMul.apply, (randn(3, 4), randn(4)), torch.mul),
@@ -632,13 +632,13 @@ def _cases() -> list[Case]:
             BilinearForm.apply,
             (randn(4, 3), randn(4, 5), randn(3, 5)),
             lambda a, b, w: torch.einsum("bi,ij,bj->b", a, w, b),
-        ),  # fmt: skip
+        ),
         Case(
             "linear-none-bias",
             Linear.apply,
             (randn(4, 3), randn(2, 3), None),
             lambda x, w, b: F.linear(x, w),
-        ),  # fmt: skip
+        ),
         Case("swish", Swish.apply, (randn(3, 4),), F.silu),
         Case("mish", Mish.apply, (randn(3, 4),), F.mish),
         Case("hard-swish", HardSwish.apply, (randn(3, 4) * 2,), F.hardswish),
@@ -649,7 +649,7 @@ def _cases() -> list[Case]:
             (randn(3, 4),),
             lambda x, beta: F.softplus(x, beta=beta),
             kwargs={"beta": 2.0},
-        ),  # fmt: skip
+        ),
         Case(
             "bce-int-target-float-weight",
             WeightedBCE.apply,
@@ -659,13 +659,13 @@ def _cases() -> list[Case]:
             ),
             options={"wrt": (0,)},
             wrt=(0,),
-        ),  # fmt: skip
+        ),
         Case(
             "focal-loss-recompute",
             FocalLossRecompute.apply,
             (randn(4, 3), labels, 2.0, 0.25),
             _focal,
-        ),  # fmt: skip
+        ),
         Case("safe-log-positive", SafeLog.apply, (positive(3, 4),), torch.log),
         Case("power-float-exponent", Power.apply, (positive(3, 4), 1.5), torch.pow),
         Case("float32-only", Float32OnlyTanh.apply, (randn(3, 4).float(),), torch.tanh),
@@ -674,14 +674,14 @@ def _cases() -> list[Case]:
             ExpAndSum.apply,
             (randn(3, 4),),
             lambda x: (torch.exp(x), x.sum()),
-        ),  # fmt: skip
+        ),
         Case("numpy-forward", NumpySquare.apply, (randn(3, 4),), lambda x: x**2),
         Case(
             "numpy-and-number-outputs",
             SquareWithStats.apply,
             (randn(3, 4),),
             lambda x: x**2,
-        ),  # fmt: skip
+        ),
         Case("modern-with-jvp", ModernSquare.apply, (randn(3, 4),), lambda x: x**2),
         Case("project-sinh", sinh, (randn(3, 4),), torch.sinh),
         Case(
@@ -689,13 +689,13 @@ def _cases() -> list[Case]:
             failures.CubeBackwardNumpyUnderVmap.apply,
             (randn(3), randn(3)),
             lambda g, x: 3 * x**2 * g,
-        ),  # fmt: skip
+        ),
         Case(
             "gallery-without-jvp",
             failures.SquareWithoutJvp.apply,
             (randn(3, 4),),
             lambda x: x**2,
-        ),  # fmt: skip
+        ),
         # -- broken ----------------------------------------------------------------------
         Case(
             "gallery-stashed-on-ctx",
@@ -703,119 +703,119 @@ def _cases() -> list[Case]:
             (randn(3, 4),),
             torch.sinh,
             frozenset({"stashed-on-ctx"}),
-        ),  # fmt: skip
+        ),
         Case(
             "gallery-saved-intermediate",
             failures.SinhSavesIntermediate.apply,
             (randn(3, 4),),
             torch.sinh,
             frozenset({"saved-intermediate"}),
-        ),  # fmt: skip
+        ),
         Case(
             "gallery-non-differentiable-outputs",
             lambda x: failures.SinhNonDifferentiableExtras.apply(x)[0],
             (randn(3, 4),),
             torch.sinh,
             frozenset({"non-differentiable-outputs"}),
-        ),  # fmt: skip
+        ),
         Case(
             "gallery-dropped-extra-grads",
             failures.sinh_drops_extra_grads,
             (randn(3, 4),),
             torch.sinh,
             frozenset({"wrong-second-derivative"}),
-        ),  # fmt: skip
+        ),
         Case(
             "gallery-detached",
             failures.SquareDetachesInBackward.apply,
             (randn(3, 4),),
             lambda x: x**2,
             frozenset({"no-graph"}),
-        ),  # fmt: skip
+        ),
         Case(
             "gallery-once-differentiable-behind-lambda",
             lambda x: failures.SquareOnceDifferentiable.apply(x),
             (randn(3, 4),),
             lambda x: x**2,
             frozenset({"once-differentiable"}),
-        ),  # fmt: skip
+        ),
         Case(
             "focal-loss-once-differentiable-behind-lambda",
             lambda x, t: FocalLossOnce.apply(x, t, 2.0, 0.25),
             (randn(4, 3), labels),
             lambda x, t: _focal(x, t, 2.0, 0.25),
             frozenset({"once-differentiable"}),
-        ),  # fmt: skip
+        ),
         Case(
             "swish-stashed-sigmoid",
             SwishStashed.apply,
             (randn(3, 4),),
             F.silu,
             frozenset({"stashed-on-ctx"}),
-        ),  # fmt: skip
+        ),
         Case(
             "numpy-backward",
             NumpyBackwardCube.apply,
             (randn(3, 4),),
             lambda x: x**3,
             frozenset({"no-graph"}),
-        ),  # fmt: skip
+        ),
         Case(
             "no-grad-in-backward",
             NoGradBackwardSquare.apply,
             (randn(3, 4),),
             lambda x: x**2,
             frozenset({"no-graph"}),
-        ),  # fmt: skip
+        ),
         Case(
             "out-in-backward",
             OutBackwardSquare.apply,
             (randn(3, 4),),
             lambda x: x**2,
             frozenset({"out-in-backward"}),
-        ),  # fmt: skip
+        ),
         Case(
             "wrong-first-derivative",
             WrongFirstDerivative.apply,
             (randn(3, 4),),
             lambda x: x**2,
             frozenset({"first-order"}),
-        ),  # fmt: skip
+        ),
         Case(
             "wrong-jvp",
             WrongJvp.apply,
             (randn(3, 4),),
             lambda x: x**2,
             frozenset({"forward-mode-mismatch"}),
-        ),  # fmt: skip
+        ),
         Case(
             "reentrant-checkpoint",
             reentrant_checkpoint,
             (randn(3, 4),),
             torch.sin,
             frozenset({"backward-raised"}),
-        ),  # fmt: skip
+        ),
         Case(
             "raises-in-forward",
             Needs2D.apply,
             (randn(3),),
             None,
             frozenset({"function-raised"}),
-        ),  # fmt: skip
+        ),
         Case(
             "returns-only-numpy",
             ReturnsNumpy.apply,
             (randn(3),),
             None,
             frozenset({"no-differentiable-output"}),
-        ),  # fmt: skip
+        ),
         Case(
             "log-outside-its-domain",
             SafeLog.apply,
             (-positive(3),),
             None,
             frozenset({"non-finite"}),
-        ),  # fmt: skip
+        ),
     ]
 
 

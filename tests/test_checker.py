@@ -100,6 +100,19 @@ def test_an_error_without_a_message_is_named_by_its_type(x):
     assert "KeyError." in check(silent, x).problems[0].diagnosis
 
 
+def test_a_stage_of_the_checker_that_fails_is_a_note_not_a_crash(x, monkeypatch):
+    from double_backward import checker
+
+    def broken(*args):
+        raise RuntimeError("simulated")
+
+    for stage in ("_structure", "_jvp_agreement", "_torch_func_support"):
+        monkeypatch.setattr(checker, stage, broken)
+    report = check(Square.apply, x)
+    assert report.ok
+    assert sum("RuntimeError: simulated" in note for note in report.notes) == 3
+
+
 def test_the_page_keys_others_link_to_exist():
     assert PAGES["custom-ops"] == "auto_examples/plot_11_custom_ops.html"
     assert PAGES["cpp"] == "auto_examples/plot_12_cpp_extension.html"

@@ -706,7 +706,9 @@ def check(
     report.results["inputs"] = ", ".join(
         f"{call.label(s)}: {_describe(x)}" for s, x in zip(slots, inputs, strict=True)
     ) + (" (gradcheck fast mode)" if fast else "")
-    found = _structure(call, inputs, outputs)
+    found = _guarded(
+        report, "graph", lambda: _structure(call, inputs, outputs), _Structure()
+    )
     for node in found.once_differentiable:
         report.notes.append(
             f"{node} is marked @once_differentiable (first-order only)."
@@ -740,18 +742,25 @@ def check(
             return report
     report.results["points checked"] = str(checked_points)
 
-    _zero_second_derivative_note(call, inputs, weights, found, report)
+    _guarded(
+        report,
+        "graph",
+        lambda: _zero_second_derivative_note(call, inputs, weights, report),
+    )
     report.notes += _notes_on_passing_structure(found)
-    report.results["forward vs reverse mode"] = _jvp_agreement(
-        call, inputs, weights, tol
+    report.results["forward vs reverse mode"] = _guarded(
+        report,
+        "forward mode",
+        lambda: _jvp_agreement(call, inputs, weights, tol),
+        "skipped",
     )
     if report.results["forward vs reverse mode"].startswith("skipped"):
         report.results["forward-over-reverse HVP"] = (
             "skipped (no forward mode, as above)"
         )
     else:
-        report.results["forward-over-reverse HVP"] = _hvp_agreement(
-            call, inputs, weights, tol
+        report.results["forward-over-reverse HVP"] = _guarded(
+            report, "HVP", lambda: _hvp_agreement(call, inputs, weights, tol), "skipped"
         )
     compared = ("forward vs reverse mode", "forward-over-reverse HVP")
     disagreeing = [name for name in compared if report.results[name] == "DISAGREE"]
@@ -761,9 +770,25 @@ def check(
             "staticmethod does not compute the same derivative as backward."
         ), "modern"))  # fmt: skip
     if third_order:
-        _check_third_order(call, inputs, weights, tol, fast, report)
-    report.torch_func = _torch_func_support(call, inputs, weights)
+        _guarded(report, "third order",
+                 lambda: _check_third_order(call, inputs, weights, tol, fast, report))  # fmt: skip
+    report.torch_func = _guarded(
+        report, "torch.func", lambda: _torch_func_support(call, inputs, weights), {}
+    )
     return report
+
+
+def _guarded(
+    report: Report, stage: str, compute: Callable[[], Any], default: Any = None
+) -> Any:
+    """Run one of the checker's own stages; if it fails, say so in a note, never crash."""
+    try:
+        return compute()
+    except Exception as error:  # noqa: BLE001
+        report.notes.append(
+            f"the checker could not complete its {stage} stage: {_message(error)}"
+        )
+        return default
 
 
 def _check_third_order(
@@ -913,7 +938,6 @@ def _zero_second_derivative_note(
     call: _Call,
     inputs: tuple[torch.Tensor, ...],
     weights: list[torch.Tensor],
-    found: _Structure,
     report: Report,
 ) -> None:
     for label in _not_reaching(call, inputs, weights):

@@ -93,12 +93,7 @@ class Problem:
         return DOCS_URL + PAGES[self.page] if self.page else ""
 
     def __str__(self) -> str:
-        text = textwrap.fill(
-            f"[{self.name}] {self.diagnosis}",
-            92,
-            subsequent_indent="    ",
-            break_on_hyphens=False,
-        )
+        text = _wrap(f"[{self.name}] {self.diagnosis}", "", "    ")
         fix = f"\n    read: {self.url}" if self.page else ""
         return text + fix
 
@@ -138,32 +133,25 @@ class Report:
 
     def __str__(self) -> str:
         lines = [f"double-backward check of {self.function}:"]
-        lines += [f"  {name:30} {result}" for name, result in self.results.items()]
+        lines += [
+            _wrap(f"{name:30} {result}", "  ", " " * 33)
+            for name, result in self.results.items()
+        ]
         if self.torch_func:
-            lines.append(
-                "  torch.func (reported, not required; see "
-                f"{DOCS_URL + PAGES['compatibility']}):"
-            )
+            lines.append("  torch.func support (reported, not required):")
             if (
                 len(set(self.torch_func.values())) == 1
             ):  # one reason for all: say it once
                 names = ", ".join(self.torch_func)
-                lines.append(f"    {names}: {next(iter(self.torch_func.values()))}")
+                value = next(iter(self.torch_func.values()))
+                lines.append(_wrap(f"{names}: {value}", "    ", "      "))
             else:
                 lines += [
-                    f"    {name:28} {result}"
+                    _wrap(f"{name:26} {result}", "    ", " " * 31)
                     for name, result in self.torch_func.items()
                 ]
-        lines += [
-            textwrap.fill(
-                f"note: {note}",
-                92,
-                initial_indent="  ",
-                subsequent_indent="    ",
-                break_on_hyphens=False,
-            )
-            for note in self.notes
-        ]
+            lines.append(f"    read: {DOCS_URL + PAGES['compatibility']}")
+        lines += [_wrap(f"note: {note}", "  ", "    ") for note in self.notes]
         if self.ok:
             lines.append(
                 "No problem found: double backward works at the points checked."
@@ -175,6 +163,14 @@ class Report:
 
 
 # -- small helpers -------------------------------------------------------------
+
+
+def _wrap(text: str, first: str, rest: str) -> str:
+    """``text`` wrapped to 79 columns (what fits a terminal and the docs' output blocks)."""
+    return textwrap.fill(
+        text, 79, initial_indent=first, subsequent_indent=rest,
+        break_long_words=False, break_on_hyphens=False,
+    )  # fmt: skip
 
 
 def _message(error: BaseException, limit: int = 300) -> str:
@@ -618,7 +614,7 @@ def _notes_on_passing_structure(found: _Structure) -> list[str]:
 def check(
     fn: Callable[..., Any],
     *args: Any,
-    wrt: Sequence[int | str] | int | str | None = None,
+    wrt: tuple[int | str, ...] | list[int | str] | int | str | None = None,
     dtype: torch.dtype = torch.float64,
     points: int = 2,
     fast_mode: bool | None = None,
@@ -628,7 +624,8 @@ def check(
     **kwargs: Any,
 ) -> Report:
     """Check that ``fn`` (a Function's ``apply``, or any function calling one) supports
-    double backward when called as ``fn(*args, **kwargs)``; return a :class:`Report`.
+    double backward when called as ``fn(*args, **kwargs)``; return a
+    :class:`~double_backward.checker.Report`.
 
     ``args`` and ``kwargs`` are passed as they are: tensors of any dtype, numbers, tuples,
     ``None``. The floating-point tensors among them are differentiated (copied to ``dtype``);
@@ -684,7 +681,7 @@ def check(
         report.results["call"] = f"raised {_message(error)}"
         report.problems.append(Problem("function-raised", (
             f"calling the Function raised an error at your inputs, so nothing else was "
-            f"checked: {_message(error)}. Check the arguments (positional and keyword) "
+            f"checked: {_message(error).rstrip('.')}. Check the arguments (positional and keyword) "
             "and their dtypes."
         ), None))  # fmt: skip
         return report
@@ -1054,7 +1051,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """The command line; returns the exit status (0 ok, 1 problems, 2 usage error)."""
     parser = _parser()
     try:

@@ -151,7 +151,9 @@ def test_the_checker_names_exactly_the_expected_problems(case):
 def test_a_correct_relu_gets_a_plain_zero_second_derivative_note():
     (case,) = [c for c in CASES if c.id == "relu-mask"]
     report = check(case.fn, *case.args)
-    assert any("second derivative with respect to itself is zero" in n for n in report.notes)
+    assert any(
+        "second derivative with respect to itself is zero" in n for n in report.notes
+    )
 
 
 def test_a_bilinear_function_is_not_said_to_have_a_zero_second_derivative():
@@ -159,7 +161,10 @@ def test_a_bilinear_function_is_not_said_to_have_a_zero_second_derivative():
     (case,) = [c for c in CASES if c.id == "matmul"]
     notes = check(case.fn, *case.args).notes
     assert len(notes) == 2
-    assert "gradient with respect to argument 1 has no graph back to argument 1" in notes[1]
+    assert (
+        "gradient with respect to argument 1 has no graph back to argument 1"
+        in notes[1]
+    )
     assert "mixed terms were still checked" in notes[1]
 
 
@@ -219,3 +224,18 @@ def test_an_error_raised_by_the_function_is_reported_with_its_message():
     (case,) = [c for c in CASES if c.id == "reentrant-checkpoint"]
     (problem,) = check(case.fn, *case.args).problems
     assert "incompatible with .grad()" in problem.diagnosis
+
+
+def test_the_gallerys_torch_func_failures_are_reported_where_they_fail():
+    # Double backward works for both (shown above); what fails is a torch.func transform.
+    (vmap_case,) = [c for c in CASES if c.id == "gallery-numpy-under-vmap"]
+    report = check(vmap_case.fn, *vmap_case.args)
+    assert report.ok and report.torch_func["vmap"].startswith("not supported")
+    assert report.torch_func["vjp (reverse mode)"] == "works"
+    (jvp_case,) = [c for c in CASES if c.id == "gallery-without-jvp"]
+    report = check(jvp_case.fn, *jvp_case.args)
+    assert (
+        report.ok
+        and "must implement the jvp" in report.torch_func["jvp (forward mode)"]
+    )
+    assert report.torch_func["vmap"] == "works"

@@ -90,6 +90,11 @@ def _verdict(case: Case) -> str:
     return "ok"
 
 
+def _case(case_id: str) -> Case:
+    (case,) = [c for c in CASES if c.id == case_id]
+    return case
+
+
 DOUBLE_BACKWARD_CASES = [c for c in CASES if c.native is not None]
 SECOND_ORDER_PROBLEMS = {
     "stashed-on-ctx", "saved-intermediate", "non-differentiable-outputs",
@@ -149,7 +154,7 @@ def test_the_checker_names_exactly_the_expected_problems(case):
 
 
 def test_a_correct_relu_gets_a_plain_zero_second_derivative_note():
-    (case,) = [c for c in CASES if c.id == "relu-mask"]
+    case = _case("relu-mask")
     report = check(case.fn, *case.args)
     assert any(
         "second derivative with respect to itself is zero" in n for n in report.notes
@@ -158,7 +163,7 @@ def test_a_correct_relu_gets_a_plain_zero_second_derivative_note():
 
 def test_a_bilinear_function_is_not_said_to_have_a_zero_second_derivative():
     # matmul's second derivative is mixed only: each note speaks of one input by itself.
-    (case,) = [c for c in CASES if c.id == "matmul"]
+    case = _case("matmul")
     notes = check(case.fn, *case.args).notes
     assert len(notes) == 2
     assert (
@@ -172,29 +177,29 @@ def test_integer_tensors_are_never_blamed():
     # Saved int64 indices and an int64 index argument: neither differentiated nor named as
     # saved without history; an int64 output is only said to be left out.
     for case_id in ("sort-index-output", "gather-int-index"):
-        (case,) = [c for c in CASES if c.id == case_id]
+        case = _case(case_id)
         report = check(case.fn, *case.args)
         assert "int64" not in report.results["inputs"]
         saying_int = [note for note in report.notes if "int64" in note]
         assert all("left out of the checks" in note for note in saying_int), str(report)
-    (case,) = [c for c in CASES if c.id == "sort-index-output"]
+    case = _case("sort-index-output")
     assert any(
         "output 1 is an int64 tensor" in n for n in check(case.fn, *case.args).notes
     )
 
 
 def test_a_saved_float_mask_that_breaks_nothing_is_a_note():
-    (case,) = [c for c in CASES if c.id == "relu-saved-float-mask"]
+    case = _case("relu-saved-float-mask")
     report = check(case.fn, *case.args)
     assert report.ok
     assert any("saved tensor #0 of ReLUSavedMask" in note for note in report.notes)
 
 
 def test_causes_name_each_tensor_where_saved_dtype_and_shape():
-    (case,) = [c for c in CASES if c.id == "swish-stashed-sigmoid"]
+    case = _case("swish-stashed-sigmoid")
     (problem,) = check(case.fn, *case.args).problems
     assert "ctx.sig in SwishStashed (float64, shape (3, 4))" in problem.diagnosis
-    (case,) = [c for c in CASES if c.id == "gallery-saved-intermediate"]
+    case = _case("gallery-saved-intermediate")
     (problem,) = check(case.fn, *case.args).problems
     assert "saved tensor #1 of SinhSavesIntermediate (float64, shape (3, 4))" in (
         problem.diagnosis
@@ -202,7 +207,7 @@ def test_causes_name_each_tensor_where_saved_dtype_and_shape():
 
 
 def test_non_floating_outputs_are_left_out_with_a_note():
-    (case,) = [c for c in CASES if c.id == "numpy-and-number-outputs"]
+    case = _case("numpy-and-number-outputs")
     report = check(case.fn, *case.args)
     assert report.ok
     assert any("output 1 is a NumPy array" in note for note in report.notes)
@@ -210,7 +215,7 @@ def test_non_floating_outputs_are_left_out_with_a_note():
 
 
 def test_a_float32_only_function_is_checked_in_float32_with_a_note():
-    (case,) = [c for c in CASES if c.id == "float32-only"]
+    case = _case("float32-only")
     report = check(case.fn, *case.args)
     assert report.ok, str(report)
     assert "float32" in report.results["inputs"]
@@ -218,21 +223,21 @@ def test_a_float32_only_function_is_checked_in_float32_with_a_note():
 
 
 def test_an_error_raised_by_the_function_is_reported_with_its_message():
-    (case,) = [c for c in CASES if c.id == "raises-in-forward"]
+    case = _case("raises-in-forward")
     (problem,) = check(case.fn, *case.args).problems
     assert "ValueError: Needs2D: expected a 2-D input, got 1-D" in problem.diagnosis
-    (case,) = [c for c in CASES if c.id == "reentrant-checkpoint"]
+    case = _case("reentrant-checkpoint")
     (problem,) = check(case.fn, *case.args).problems
     assert "incompatible with .grad()" in problem.diagnosis
 
 
 def test_the_gallerys_torch_func_failures_are_reported_where_they_fail():
     # Double backward works for both (shown above); what fails is a torch.func transform.
-    (vmap_case,) = [c for c in CASES if c.id == "gallery-numpy-under-vmap"]
+    vmap_case = _case("gallery-numpy-under-vmap")
     report = check(vmap_case.fn, *vmap_case.args)
     assert report.ok and report.torch_func["vmap"].startswith("not supported")
     assert report.torch_func["vjp (reverse mode)"] == "works"
-    (jvp_case,) = [c for c in CASES if c.id == "gallery-without-jvp"]
+    jvp_case = _case("gallery-without-jvp")
     report = check(jvp_case.fn, *jvp_case.args)
     assert (
         report.ok

@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
@@ -458,6 +459,67 @@ class ModernSquare(torch.autograd.Function):
         return 2 * x * tangent
 
 
+# A 4-bit-style matmul: float activations times a uint8 weight dequantised with a float scale
+# (bitsandbytes / GPTQ-style kernels in transformers). Only the activations are differentiated.
+class DequantMatMul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight_uint8, scale):
+        ctx.save_for_backward(weight_uint8, scale)
+        return x @ (weight_uint8.to(x.dtype) * scale).T
+
+    @staticmethod
+    def backward(ctx, grad):
+        weight_uint8, scale = ctx.saved_tensors
+        return grad @ (weight_uint8.to(grad.dtype) * scale), None, None
+
+
+# An exponential whose backward clamps its input (nerfstudio's TruncExp).
+class TruncExp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.exp(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * torch.exp(x.clamp(max=15))
+
+
+# NumPy sort returning integer indices, whose backward is another NumPy-backed Function that
+# is its own backward (autograd_function_db's NumpySort and NumpyTake).
+class NumpyTake(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, ind, ind_inv, dim):
+        ctx.save_for_backward(ind, ind_inv)
+        ctx.dim = dim
+        taken = np.take_along_axis(x.detach().numpy(), ind.numpy(), dim)
+        return torch.from_numpy(taken)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ind, ind_inv = ctx.saved_tensors
+        return NumpyTake.apply(grad, ind_inv, ind, ctx.dim), None, None, None
+
+
+class NumpySort(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dim):
+        ind = np.argsort(x.detach().numpy(), axis=dim)
+        ind_inv = np.argsort(ind, axis=dim)
+        values = np.take_along_axis(x.detach().numpy(), ind, dim)
+        ind, ind_inv = torch.from_numpy(ind), torch.from_numpy(ind_inv)
+        ctx.mark_non_differentiable(ind, ind_inv)
+        ctx.save_for_backward(ind, ind_inv)
+        ctx.dim = dim
+        return torch.from_numpy(values), ind, ind_inv
+
+    @staticmethod
+    def backward(ctx, grad, _ind, _ind_inv):
+        ind, ind_inv = ctx.saved_tensors
+        return NumpyTake.apply(grad, ind_inv, ind, ctx.dim), None
+
+
 # -- broken on purpose -------------------------------------------------------------------
 
 
@@ -695,6 +757,25 @@ def _cases() -> list[Case]:
             failures.SquareWithoutJvp.apply,
             (randn(3, 4),),
             lambda x: x**2,
+        ),
+        Case(
+            "dequant-matmul-uint8-weight",
+            DequantMatMul.apply,
+            (
+                randn(4, 3),
+                torch.randint(0, 16, (2, 3), generator=g, dtype=torch.uint8),
+                positive(2, 1),
+            ),
+            lambda x, w, s: x @ (w.to(x.dtype) * s).T,
+            options={"wrt": (0,)},
+            wrt=(0,),
+        ),
+        Case("trunc-exp", TruncExp.apply, (randn(3, 4),), torch.exp),
+        Case(
+            "numpy-sort-and-take",
+            NumpySort.apply,
+            (randn(3, 4), 1),
+            lambda x, d: torch.sort(x, dim=d).values,
         ),
         # -- broken ----------------------------------------------------------------------
         Case(

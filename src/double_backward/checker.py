@@ -646,6 +646,8 @@ def check(
     - ``fast_mode``: gradcheck's fast mode (a random projection of the Jacobian); by
       default on above 100 differentiated elements, so the cost grows linearly.
     - ``third_order``: also check the third derivative.
+    - ``seed``: seeds the points mixed from yours and the weights given to the outputs.
+    - ``name``: the name the report shows (by default the Function's).
     """
     if not callable(fn):
         raise TypeError(

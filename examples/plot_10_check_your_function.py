@@ -182,9 +182,9 @@ except AssertionError as error:
 # ---------------------
 # ``python -m double_backward.checker module:Function`` checks a Function on random inputs:
 # ``--shape`` for each input, ``--domain positive`` or ``--range low,high`` for where they lie,
-# ``--arg`` for extra arguments, ``--json`` for CI. It exits 0 when no problem is found, 1 when
-# one is, 2 for a usage error or a Function that cannot be called. The same, run in this page
-# on the tutorial's broken ``SinhBad``:
+# ``--arg`` and ``--kwarg name=value`` for extra arguments, ``--json`` for CI. It exits 0 when
+# no problem is found, 1 when one is, 2 for a usage error or a Function that cannot be called.
+# The same, run in this page on the tutorial's broken ``SinhBad``:
 from double_backward.checker import main
 
 status = main(["double_backward:SinhBad", "--shape", "2,3", "--domain", "positive"])

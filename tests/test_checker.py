@@ -431,6 +431,11 @@ def test_command_line_domain_range_extra_arguments_and_json(capsys):
         (["double_backward:Square", "--range", "1"], "two numbers low,high"),
         (["double_backward:Square", "--range", "2,1"], "finite low < high"),
         (["double_backward:Square", "--dtype", "int8"], "invalid choice"),
+        (["double_backward:Square", "--kwarg", "2"], "NAME=VALUE"),
+        (
+            ["tests.checker_corpus:softplus", "--kwarg", "betta=2"],
+            "keyword argument 'betta'",
+        ),
         (["tests.checker_corpus:Needs2D"], "Needs2D: expected a 2-D input"),
         (["tests.checker_corpus:SumDim", "--arg", "x"], "function-raised"),
     ],

@@ -1007,6 +1007,15 @@ def _literal(text: str) -> Any:
     return {"True": True, "False": False, "None": None}.get(text, text)
 
 
+def _keyword(text: str) -> tuple[str, Any]:
+    name, equals, value = text.partition("=")
+    if not equals or not name.isidentifier():
+        raise argparse.ArgumentTypeError(
+            f"a keyword argument is NAME=VALUE, got {text!r}"
+        )
+    return name, _literal(value)
+
+
 DOMAINS = {
     "real": lambda shape, g: torch.randn(shape, generator=g, dtype=torch.float64),
     "positive": lambda shape, g: (
@@ -1041,6 +1050,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--arg", action="append", type=_literal, default=[], metavar="VALUE",
                         help="an extra positional argument after the tensors (int, float, "
                         "True/False/None or a string); repeat for several")  # fmt: skip
+    parser.add_argument("--kwarg", action="append", type=_keyword, default=[],
+                        metavar="NAME=VALUE", help="an extra keyword argument, e.g. "
+                        "beta=2.0; repeat for several")  # fmt: skip
     parser.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     parser.add_argument("--points", type=int, default=2, help="points to check at")
     parser.add_argument("--full", action="store_true",
@@ -1079,7 +1091,7 @@ def main(argv: list[str] | None = None) -> int:
         report = check(
             fn, *inputs, *args.arg, dtype=dtype, points=max(args.points, 1),
             fast_mode=False if args.full else None, third_order=args.third_order,
-            seed=args.seed, name=name,
+            seed=args.seed, name=name, **dict(args.kwarg),
         )  # fmt: skip
     except (TypeError, ValueError) as error:
         print(f"{parser.prog}: error: {error}", file=sys.stderr)

@@ -244,3 +244,13 @@ def test_the_gallerys_torch_func_failures_are_reported_where_they_fail():
         and "must implement the jvp" in report.torch_func["jvp (forward mode)"]
     )
     assert report.torch_func["vmap"] == "works"
+
+
+def test_the_cases_without_a_twin_fail_as_their_expectation_says():
+    # Established by calling them, without the checker.
+    with pytest.raises(ValueError, match="expected a 2-D input"):
+        _case("raises-in-forward").fn(*_case("raises-in-forward").args)
+    output = _case("returns-only-numpy").fn(*_case("returns-only-numpy").args)
+    assert not torch.is_tensor(output)
+    case = _case("log-outside-its-domain")
+    assert torch.isnan(case.fn(*case.args)).all()

@@ -19,4 +19,8 @@ CORRECT_FUNCTIONS = [
     pytest.param(cpp_extension.cube, lambda x: x**3, id="CppCube"),
 ]
 
-__all__ = ["CORRECT_FUNCTIONS", "derivatives"]
+# Those that take every dtype the native op takes; the C++ kernel takes float32 and float64
+# only (its dtype handling is tested in test_cpp_extension.py).
+ANY_DTYPE_FUNCTIONS = [param for param in CORRECT_FUNCTIONS if param.id != "CppCube"]
+
+__all__ = ["ANY_DTYPE_FUNCTIONS", "CORRECT_FUNCTIONS", "derivatives"]

@@ -115,6 +115,17 @@ def test_other_dtypes_get_an_error_naming_the_supported_ones(function, dtype):
         function(x)
 
 
+def test_grad_of_an_input_that_does_not_require_grad_fails_like_native(extension):
+    x = torch.tensor([1.0, 2.0])
+    errors = []
+    for fn in (cube, lambda t: t**3):
+        with pytest.raises(RuntimeError) as error:
+            torch.autograd.grad(fn(x).sum(), x)
+        errors.append(str(error.value))
+    assert errors[0] == errors[1]
+    assert "does not require grad" in errors[0]
+
+
 def test_unsupported_dtype_in_cube_backward_names_the_argument():
     with pytest.raises(TypeError, match="argument 'grad_out' must be float32 or float64"):
         cube_backward(torch.ones(2, dtype=torch.float16), torch.ones(2))
@@ -242,3 +253,9 @@ def test_a_script_without_a_compiler_stops_with_the_message_not_a_build_log(tmp_
 def test_a_cached_build_needs_no_compiler(extension, monkeypatch):
     monkeypatch.setenv("CXX", "/nonexistent/g++")
     assert cpp_extension.build_extension().from_cache
+
+
+def test_cxx_naming_an_executable_is_accepted(monkeypatch):
+    # torch runs $CXX as given; any executable path passes the check (sys.executable here).
+    monkeypatch.setenv("CXX", sys.executable)
+    assert cpp_extension._compiler_problem() is None

@@ -1,19 +1,19 @@
-// y = x^3 as a C++ extension whose backward is a hand-written kernel that autograd cannot see.
-//
-// Built on first use by double_backward/functions/cpp_extension.py with
+// y = x^3 as a C++ extension whose backward is a hand-written kernel that autograd
+// cannot see. Built on first use by double_backward/functions/cpp_extension.py with
 // torch.utils.cpp_extension.load. Two autograd Functions share the same two kernels:
 //   CubeUntracked: its backward calls the backward kernel directly: first order only.
-//   Cube:          its backward calls CubeBackward, a Function of its own whose backward is
-//                  written in ATen ops: second, third and higher derivatives work.
+//   Cube:          its backward calls CubeBackward, a Function of its own with a
+//                  backward in ATen ops: second, third and higher derivatives work.
 #include <torch/extension.h>
 
 namespace {
 
 void check_kernel_input(const char* name, const torch::Tensor& t) {
-  TORCH_CHECK(t.device().is_cpu(), name, ": the kernel runs on the CPU only, got a tensor on ",
-              t.device());
-  TORCH_CHECK(t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kDouble, name,
-              ": the kernel supports float32 and float64 only, got ", t.scalar_type());
+  TORCH_CHECK(t.device().is_cpu(), name,
+              ": the kernel runs on the CPU only, got a tensor on ", t.device());
+  TORCH_CHECK(t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kDouble,
+              name, ": the kernel supports float32 and float64 only, got ",
+              t.scalar_type());
 }
 
 }  // namespace
@@ -33,9 +33,10 @@ torch::Tensor cube_kernel(const torch::Tensor& x) {
   return y;
 }
 
-// The backward kernel: grad_x = grad_out * 3x^2, written through raw pointers. Autograd records
-// none of it: the result has no grad_fn, even under create_graph=True.
-torch::Tensor cube_backward_kernel(const torch::Tensor& grad_out, const torch::Tensor& x) {
+// The backward kernel: grad_x = grad_out * 3x^2, written through raw pointers.
+// Autograd records none of it: the result has no grad_fn, even with create_graph=True.
+torch::Tensor cube_backward_kernel(const torch::Tensor& grad_out,
+                                   const torch::Tensor& x) {
   check_kernel_input("cube_backward_kernel", grad_out);
   check_kernel_input("cube_backward_kernel", x);
   TORCH_CHECK(grad_out.scalar_type() == x.scalar_type(),
@@ -61,8 +62,8 @@ torch::Tensor cube_backward_kernel(const torch::Tensor& grad_out, const torch::T
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// BROKEN for double backward, on purpose: backward calls the kernel directly, so the gradient
-// it returns has no history and cannot be differentiated again.
+// BROKEN for double backward, on purpose: backward calls the kernel directly, so the
+// gradient it returns has no history and cannot be differentiated again.
 struct CubeUntracked : public torch::autograd::Function<CubeUntracked> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x) {
     ctx->save_for_backward({x});
@@ -75,9 +76,9 @@ struct CubeUntracked : public torch::autograd::Function<CubeUntracked> {
   }
 };
 
-// The backward kernel as a Function of its own: g = grad_out * 3x^2, with derivatives
-// dg/dgrad_out * gg = 3x^2 * gg and dg/dx * gg = 6x * grad_out * gg, in ATen ops on the saved
-// inputs, which autograd records under create_graph=True.
+// The backward kernel as a Function of its own: g = grad_out * 3x^2. Its backward
+// gives dg/dgrad_out * gg = 3x^2 * gg and dg/dx * gg = 6x * grad_out * gg in ATen ops
+// on the saved inputs, which autograd records under create_graph=True.
 struct CubeBackward : public torch::autograd::Function<CubeBackward> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& grad_out,
                                const torch::Tensor& x) {
@@ -94,8 +95,8 @@ struct CubeBackward : public torch::autograd::Function<CubeBackward> {
   }
 };
 
-// y = x^3, differentiable to every order: backward calls CubeBackward::apply, which autograd
-// records, instead of the kernel.
+// y = x^3, differentiable to every order: backward calls CubeBackward::apply, which
+// autograd records, instead of the kernel.
 struct Cube : public torch::autograd::Function<Cube> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x) {
     ctx->save_for_backward({x});
@@ -112,13 +113,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("cube_kernel", &cube_kernel, "y = x^3, a loop autograd does not record");
   m.def("cube_backward_kernel", &cube_backward_kernel,
         "grad_out * 3x^2, a loop autograd does not record");
-  m.def("cube_untracked", [](const torch::Tensor& x) { return CubeUntracked::apply(x); },
-        "y = x^3; backward calls the kernel directly: first order only");
-  m.def("cube", [](const torch::Tensor& x) { return Cube::apply(x); },
-        "y = x^3; backward is CubeBackward: every order");
-  m.def("cube_backward",
-        [](const torch::Tensor& grad_out, const torch::Tensor& x) {
-          return CubeBackward::apply(grad_out, x);
-        },
-        "grad_out * 3x^2 with its own backward");
+  m.def(
+      "cube_untracked", [](const torch::Tensor& x) { return CubeUntracked::apply(x); },
+      "y = x^3; backward calls the kernel directly: first order only");
+  m.def(
+      "cube", [](const torch::Tensor& x) { return Cube::apply(x); },
+      "y = x^3; backward is CubeBackward: every order");
+  m.def(
+      "cube_backward",
+      [](const torch::Tensor& grad_out, const torch::Tensor& x) {
+        return CubeBackward::apply(grad_out, x);
+      },
+      "grad_out * 3x^2 with its own backward");
 }

@@ -59,7 +59,7 @@ def require_compiler(session: nox.Session) -> None:
             "  Debian/Ubuntu: sudo apt-get install -y g++\n"
             "  macOS:         xcode-select --install\n"
             "  conda:         conda install -c conda-forge cxx-compiler\n"
-            "  or set CXX to a compiler's path."
+            "  or set CXX to a compiler's path"
         )
 
 

@@ -167,7 +167,9 @@ for function in (cube, cube_untracked):
 # C++ Functions and torch.func
 # ----------------------------
 # A C++ ``torch::autograd::Function`` works with ``torch.autograd``, but not with the
-# :mod:`torch.func` transforms (``grad``, ``vmap``, ``jacrev``, ``hessian``):
+# :mod:`torch.func` transforms (``grad``, ``vmap``, ``jacrev``, ``hessian``). For those, call
+# the kernels from a Python Function in the ``setup_context`` style, with the rules
+# :doc:`plot_06_modern_api` shows.
 try:
     torch.func.grad(lambda t: cube(t).sum())(x.detach())
 except RuntimeError as error:
@@ -179,6 +181,5 @@ except RuntimeError as error:
 # A C++ kernel is invisible to autograd exactly like NumPy is. Call it from a
 # ``torch::autograd::Function`` of its own whose backward is written in ATen ops, and call that
 # Function's ``apply`` from the outer backward: then second, third and higher derivatives work,
-# in C++ as in Python (:doc:`plot_04_untracked_backward`). For :mod:`torch.func` support,
-# register the kernel as a custom operator (``TORCH_LIBRARY``) and its derivative with
-# :func:`torch.library.register_autograd` instead.
+# in C++ as in Python (:doc:`plot_04_untracked_backward`). Check both orders with
+# :func:`~torch.autograd.gradgradcheck` or :func:`double_backward.check`, as for any Function.

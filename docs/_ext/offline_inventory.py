@@ -82,11 +82,6 @@ INVENTORIES = {
                 "torch.utils.cpp_extension.load",
                 "cpp_extension.html#torch.utils.cpp_extension.load",
             ),
-            (
-                "py:function",
-                "torch.library.register_autograd",
-                "library.html#torch.library.register_autograd",
-            ),
             *(
                 (role, name, f"generated/{name}.html#{name}")
                 for role, name in _TORCH_GENERATED

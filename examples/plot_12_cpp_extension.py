@@ -60,9 +60,7 @@ import torch
 from double_backward.functions.cpp_extension import cube_untracked
 
 x = torch.tensor([-2.0, -0.5, 0.0, 1.5], dtype=torch.float64, requires_grad=True)
-(untracked_grad_x,) = torch.autograd.grad(
-    cube_untracked(x).sum(), x, create_graph=True
-)
+(untracked_grad_x,) = torch.autograd.grad(cube_untracked(x).sum(), x, create_graph=True)
 (native_grad_x,) = torch.autograd.grad((x**3).sum(), x, create_graph=True)
 print(f"x:                {x.tolist()}")
 print(f"dy/dx, C++:       {untracked_grad_x.tolist()}")
@@ -144,7 +142,9 @@ grad_out_and_x = tuple(
 )
 print(f"gradcheck(cube)               passed: {gradcheck(cube, inputs)}")
 print(f"gradgradcheck(cube)           passed: {gradgradcheck(cube, inputs)}")
-print(f"gradcheck(cube_backward)      passed: {gradcheck(cube_backward, grad_out_and_x)}")
+print(
+    f"gradcheck(cube_backward)      passed: {gradcheck(cube_backward, grad_out_and_x)}"
+)
 print(
     f"gradgradcheck(cube_backward)  passed: {gradgradcheck(cube_backward, grad_out_and_x)}"
 )

@@ -77,7 +77,7 @@ def _cpp_nodes(tensors: tuple[torch.Tensor, ...]) -> list[object]:
 def _label_cpp_nodes(dot: graphviz.Digraph, cpp_nodes: list[object]) -> None:
     """Label C++ nodes by their C++ name, e.g. ``CppNode<CubeBackward>``."""
     labels = {
-        f"\t{id(node)} [label=CppFunction]\n": f"\t{id(node)} [label=\""
+        f"\t{id(node)} [label=CppFunction]\n": f'\t{id(node)} [label="'
         + node.name().removeprefix("torch::autograd::")  # type: ignore[attr-defined]
         + '"]\n'
         for node in cpp_nodes

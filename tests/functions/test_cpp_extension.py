@@ -28,7 +28,9 @@ from double_backward.functions.cpp_extension import (
 from double_backward.graph_walks import reaches
 
 # The error autograd raises when a tensor without history is differentiated; the page shows it.
-NO_GRAPH_ERROR = "element 0 of tensors does not require grad and does not have a grad_fn"
+NO_GRAPH_ERROR = (
+    "element 0 of tensors does not require grad and does not have a grad_fn"
+)
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +129,9 @@ def test_grad_of_an_input_that_does_not_require_grad_fails_like_native(extension
 
 
 def test_unsupported_dtype_in_cube_backward_names_the_argument():
-    with pytest.raises(TypeError, match="argument 'grad_out' must be float32 or float64"):
+    with pytest.raises(
+        TypeError, match="argument 'grad_out' must be float32 or float64"
+    ):
         cube_backward(torch.ones(2, dtype=torch.float16), torch.ones(2))
 
 

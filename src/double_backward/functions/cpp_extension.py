@@ -147,7 +147,9 @@ def _compile(directory: Path, name: str) -> ModuleType:
         # environment is activated; torch runs `ninja` by name.
         import ninja
 
-        os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, os.environ.get("PATH", "")])
+        os.environ["PATH"] = os.pathsep.join(
+            [ninja.BIN_DIR, os.environ.get("PATH", "")]
+        )
     directory.mkdir(parents=True, exist_ok=True)
     return cpp_extension.load(
         name=name,

@@ -49,10 +49,25 @@ def require_graphviz(session: nox.Session) -> None:
         )
 
 
+def require_compiler(session: nox.Session) -> None:
+    """Stop at once, saying how to install one, when there is no C++ compiler to build
+    the C++ extension example with (torch runs ``$CXX``, else ``c++``)."""
+    compiler = os.environ.get("CXX") or "c++"
+    if shutil.which(compiler) is None:
+        session.error(
+            f"No C++ compiler: `{compiler}` was not found; the C++ extension example needs one.\n"
+            "  Debian/Ubuntu: sudo apt-get install -y g++\n"
+            "  macOS:         xcode-select --install\n"
+            "  conda:         conda install -c conda-forge cxx-compiler\n"
+            "  or set CXX to a compiler's path"
+        )
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Run the test suite with coverage of src/ (at least 95% of lines and branches)."""
     require_graphviz(session)
+    require_compiler(session)
     install(session, "test")
     session.run("pytest", "--cov", "--cov-report=term-missing", *session.posargs)
 
@@ -61,6 +76,7 @@ def tests(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Build the HTML docs, executing every example. Extra arguments go to sphinx-build."""
     require_graphviz(session)
+    require_compiler(session)
     install(session, "docs")
     session.run(*SPHINX_BUILD, *session.posargs)
 
@@ -85,6 +101,7 @@ def serve(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Time clean, no-change and one-edit docs builds against the examples run alone."""
     require_graphviz(session)
+    require_compiler(session)
     install(session, "docs")
     session.run("python", "benchmarks/docs_build.py", *session.posargs)
 

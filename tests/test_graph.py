@@ -117,3 +117,18 @@ def test_a_saved_input_keeps_its_leaf_colour_and_is_linked_without_arrow():
         source,
         flags=re.MULTILINE,
     )
+
+
+def test_cpp_function_nodes_are_labelled_with_their_cpp_name():
+    # torchviz would label every C++ autograd Function "CppFunction".
+    from double_backward.functions.cpp_extension import cube
+
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    out = cube(x)
+    (grad_x,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+    source = autograd_graph(
+        {"out": out, "grad_x": grad_x}, {"x": x}, title="cube in C++"
+    ).source
+    assert 'label="CppNode<Cube>"' in source
+    assert 'label="CppNode<CubeBackward>"' in source
+    assert "CppFunction" not in source

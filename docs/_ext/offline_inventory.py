@@ -77,6 +77,11 @@ INVENTORIES = {
             ("py:class", "torch.dtype", "tensor_attributes.html#torch.dtype"),
             ("py:module", "torch.func", "func.html#module-torch.func"),
             ("py:class", "torch.device", "tensor_attributes.html#torch.device"),
+            (
+                "py:function",
+                "torch.utils.cpp_extension.load",
+                "cpp_extension.html#torch.utils.cpp_extension.load",
+            ),
             *(
                 (role, name, f"generated/{name}.html#{name}")
                 for role, name in _TORCH_GENERATED
@@ -110,6 +115,7 @@ INVENTORIES = {
                 "library/collections.abc.html#collections.abc.Mapping",
             ),
             ("py:class", "str", "library/stdtypes.html#str"),
+            ("py:class", "pathlib.Path", "library/pathlib.html#pathlib.Path"),
             ("py:class", "tuple", "library/stdtypes.html#tuple"),
             ("py:class", "dict", "library/stdtypes.html#dict"),
             ("py:data", "None", "library/constants.html#None"),

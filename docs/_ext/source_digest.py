@@ -15,8 +15,9 @@ PACKAGE_DIR = Path(find_spec("double_backward").origin).parent
 
 
 def digest(*extra_files: Path, salt: str = "") -> str:
-    """SHA-256 of the package's Python source, ``extra_files`` and ``salt``."""
+    """SHA-256 of the package's Python and C++ source, ``extra_files`` and ``salt``."""
     hasher = hashlib.sha256(salt.encode())
-    for path in [*sorted(PACKAGE_DIR.rglob("*.py")), *extra_files]:
+    sources = [*PACKAGE_DIR.rglob("*.py"), *PACKAGE_DIR.rglob("*.cpp")]
+    for path in [*sorted(sources), *extra_files]:
         hasher.update(path.name.encode() + b"\0" + path.read_bytes())
     return hasher.hexdigest()

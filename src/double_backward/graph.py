@@ -55,6 +55,35 @@ def _check_named_tensors(argument: str, tensors: object) -> Mapping[str, torch.T
     return tensors
 
 
+def _cpp_nodes(tensors: tuple[torch.Tensor, ...]) -> list[object]:
+    """The C++ autograd nodes behind ``tensors`` (a C++ extension's Functions).
+
+    torchviz labels a node by its Python type, which for every C++ Function is the same
+    ``CppFunction``; their own name is ``node.name()``. The returned wrappers are kept alive
+    while torchviz draws, so that its ``id()`` of each is the one seen here.
+    """
+    found: dict[int, object] = {}
+    stack = [tensor.grad_fn for tensor in tensors if tensor.grad_fn is not None]
+    while stack:
+        node = stack.pop()
+        if id(node) in found:
+            continue
+        found[id(node)] = node
+        stack.extend(child for child, _ in node.next_functions if child is not None)
+    return [node for node in found.values() if type(node).__name__ == "CppFunction"]
+
+
+def _label_cpp_nodes(dot: graphviz.Digraph, cpp_nodes: list[object]) -> None:
+    """Label C++ nodes by their C++ name, e.g. ``CppNode<CubeBackward>``."""
+    labels = {
+        f"\t{id(node)} [label=CppFunction]\n": f'\t{id(node)} [label="'
+        + node.name().removeprefix("torch::autograd::")  # type: ignore[attr-defined]
+        + '"]\n'
+        for node in cpp_nodes
+    }
+    dot.body = [labels.get(line, line) for line in dot.body]
+
+
 def _renumber_nodes(dot: graphviz.Digraph) -> None:
     """Replace id()-based node names with n0, n1, ... in order of first appearance."""
     names: dict[str, str] = {}
@@ -119,11 +148,13 @@ def autograd_graph(
             "autograd_graph: 'title' must be a non-empty description of the graph"
         )
     tensors = tuple(outputs.values())
+    cpp_nodes = _cpp_nodes(tensors)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_TORCHVIZ_VERSION_WARNING)
         dot = torchviz.make_dot(
             tensors if len(tensors) > 1 else tensors[0], params={**inputs, **outputs}
         )
+    _label_cpp_nodes(dot, cpp_nodes)
     _renumber_nodes(dot)
     _tidy_saved_tensors(dot)
     dot.comment = " ".join(title.split())

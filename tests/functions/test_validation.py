@@ -7,7 +7,7 @@ import torch
 
 from double_backward import Cube, CubeBackward, Exp, Sinh, SinhBad, Square
 
-from ..helpers import CORRECT_FUNCTIONS
+from ..helpers import ANY_DTYPE_FUNCTIONS, CORRECT_FUNCTIONS
 
 NAMED_FUNCTIONS = [Square, Exp, Sinh, SinhBad, Cube]
 
@@ -54,7 +54,7 @@ def test_complex_input_is_rejected_instead_of_getting_unconjugated_gradients(fun
         function.apply(torch.ones(2, dtype=torch.complex64))
 
 
-@pytest.mark.parametrize(("ours", "native"), CORRECT_FUNCTIONS)
+@pytest.mark.parametrize(("ours", "native"), ANY_DTYPE_FUNCTIONS)
 @pytest.mark.parametrize(
     "make_x",
     # A float tensor that simply does not require grad; an int tensor, which never can.
@@ -74,7 +74,7 @@ def test_asking_grad_of_a_tensor_that_does_not_require_grad_fails_like_native(
     assert "does not require grad" in errors[0]
 
 
-@pytest.mark.parametrize(("ours", "native"), CORRECT_FUNCTIONS)
+@pytest.mark.parametrize(("ours", "native"), ANY_DTYPE_FUNCTIONS)
 @pytest.mark.parametrize(
     "dtype",
     [

@@ -1,0 +1,228 @@
+r"""The fourth case in C++: y = x³ with a hand-written backward kernel, as a C++ extension.
+
+The C++ source, ``csrc/cube.cpp`` beside this module, has two kernels (loops over raw
+pointers, which autograd cannot see) and three C++ ``torch::autograd::Function``\ s:
+
+- ``CubeUntracked``, whose backward calls the backward kernel
+  :math:`\bar{x} = 3x^2\,\bar{y}` directly. Its first derivative is right; the gradient has
+  no history, so a second backward fails. Exposed as :func:`cube_untracked`.
+- ``Cube``, whose backward calls ``CubeBackward::apply`` instead: the same kernel wrapped in
+  a Function whose own backward is written in ATen ops on the saved inputs. Autograd records
+  that call, so second, third and higher derivatives work. Exposed as :func:`cube` and
+  :func:`cube_backward`.
+
+The extension is compiled on first use with :func:`torch.utils.cpp_extension.load` (ninja and
+a C++ compiler) into a build directory in a cache outside the source tree:
+``$DOUBLE_BACKWARD_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/double_backward`` or
+``~/.cache/double_backward``. The directory's name holds a hash of the source, the torch
+version and the Python ABI, so a changed source or torch builds afresh, and a finished build
+is imported again directly (no compiler needed) by every later process: tests, docs builds,
+the example scripts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib.util
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from ._validation import check_real_tensor
+
+__all__ = [
+    "SUPPORTED_DTYPES",
+    "Build",
+    "CompilerNotFoundError",
+    "build_directory",
+    "cache_dir",
+    "cube",
+    "cube_backward",
+    "cube_untracked",
+    "load_extension",
+]
+
+SOURCE = Path(__file__).with_name("csrc") / "cube.cpp"
+CACHE_DIR_VARIABLE = "DOUBLE_BACKWARD_CACHE_DIR"
+# The dtypes the kernels are written for (AT_DISPATCH_FLOATING_TYPES in cube.cpp).
+SUPPORTED_DTYPES = (torch.float32, torch.float64)
+_EXTRA_CFLAGS = ("-O2",)
+# Written after a build has been imported once: the library in the directory is complete.
+_DONE_MARKER = "built-ok"
+
+
+class CompilerNotFoundError(RuntimeError):
+    """No C++ compiler to build the extension with; the message says how to install one."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Build:
+    """The loaded extension, where it lives, and how long loading it took."""
+
+    module: ModuleType
+    directory: Path
+    seconds: float
+    from_cache: bool
+
+
+def cache_dir() -> Path:
+    """The cache root: ``$DOUBLE_BACKWARD_CACHE_DIR``, else the user's cache folder."""
+    configured = os.environ.get(CACHE_DIR_VARIABLE)
+    if configured:
+        return Path(configured).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "double_backward"
+
+
+def build_key() -> str:
+    """A hash of everything the compiled library depends on besides the compiler."""
+    hasher = hashlib.sha256(SOURCE.read_bytes())
+    for part in (
+        torch.__version__,
+        sys.implementation.cache_tag,
+        platform.machine(),
+        *_EXTRA_CFLAGS,
+    ):
+        hasher.update(b"\0" + part.encode())
+    return hasher.hexdigest()[:16]
+
+
+def _module_name(key: str) -> str:
+    return f"double_backward_cube_{key}"
+
+
+def build_directory(root: Path | None = None) -> Path:
+    """Where this source, for this torch and Python, is built: ``<cache>/cpp_extension/<key>``."""
+    return (cache_dir() if root is None else root) / "cpp_extension" / build_key()
+
+
+def _compiler_problem() -> str | None:
+    """Why torch would find no C++ compiler (it runs ``$CXX``, else ``c++``), or None."""
+    compiler = os.environ.get("CXX")
+    if compiler is None:
+        return None if shutil.which("c++") else "`c++` was not found on PATH"
+    if not compiler.strip():
+        return "CXX is set but empty"
+    if shutil.which(compiler) is None:
+        return f"CXX={compiler!r} is not an executable compiler"
+    return None
+
+
+def _require_compiler(directory: Path) -> None:
+    problem = _compiler_problem()
+    if problem is not None:
+        raise CompilerNotFoundError(
+            f"No C++ compiler to build the double_backward C++ extension: {problem}.\n"
+            "It is compiled once, on first use, and needs a C++ compiler. Install one:\n"
+            "  Debian/Ubuntu: sudo apt-get install -y g++\n"
+            "  macOS:         xcode-select --install\n"
+            "  conda:         conda install -c conda-forge cxx-compiler\n"
+            "or set CXX to the compiler's path. The build is then cached in\n"
+            f"  {directory}\n"
+            f"(set {CACHE_DIR_VARIABLE} to move it)."
+        )
+
+
+def _import_library(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _compile(directory: Path, name: str) -> ModuleType:
+    from torch.utils import cpp_extension
+
+    if shutil.which("ninja") is None:
+        # pip installs ninja into the environment's bin/, which is on PATH only when the
+        # environment is activated; torch runs `ninja` by name.
+        import ninja
+
+        os.environ["PATH"] = os.pathsep.join(
+            [ninja.BIN_DIR, os.environ.get("PATH", "")]
+        )
+    directory.mkdir(parents=True, exist_ok=True)
+    return cpp_extension.load(
+        name=name,
+        sources=[str(SOURCE)],
+        extra_cflags=list(_EXTRA_CFLAGS),
+        build_directory=str(directory),
+        verbose=False,
+    )
+
+
+def build_extension(root: Path | None = None) -> Build:
+    """Import the extension from the cache under ``root`` (default :func:`cache_dir`), building
+    it there first if needed. Raises :class:`CompilerNotFoundError` when it must be built and
+    there is no compiler."""
+    directory = build_directory(root)
+    name = _module_name(directory.name)
+    library = directory / f"{name}.so"
+    start = time.perf_counter()
+    if (directory / _DONE_MARKER).exists() and library.exists():
+        module = _import_library(library, name)
+        return Build(module, directory, time.perf_counter() - start, from_cache=True)
+    _require_compiler(directory)
+    module = _compile(directory, name)
+    (directory / _DONE_MARKER).write_text(f"{name}\n")
+    return Build(module, directory, time.perf_counter() - start, from_cache=False)
+
+
+@functools.cache
+def load_extension() -> Build:
+    """The extension, built or imported once per process (see :func:`build_extension`)."""
+    return build_extension()
+
+
+def _check_input(function_name: str, argument_name: str, value: object) -> None:
+    check_real_tensor(function_name, argument_name, value)
+    assert isinstance(value, torch.Tensor)
+    if value.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"{function_name}: argument '{argument_name}' must be float32 or float64 (the "
+            f"dtypes the C++ kernel is written for), got {value.dtype}. "
+            "Convert it first, e.g. x.double()."
+        )
+    if value.device.type != "cpu":
+        raise ValueError(
+            f"{function_name}: argument '{argument_name}' must be on the CPU (the C++ kernel "
+            f"is a CPU loop), got a tensor on {value.device}."
+        )
+
+
+def cube(x: torch.Tensor) -> torch.Tensor:
+    """y = x³ by the C++ ``Cube`` Function: differentiable to every order.
+
+    Its backward returns ``CubeBackward::apply(grad_out, x)``: the kernel inside is not
+    recorded, but the call is, and ``CubeBackward``'s backward, 3x²·ḡ and 6x·grad_out·ḡ in
+    ATen ops, gives the second and higher derivatives. Takes float32 or float64 CPU tensors.
+    """
+    _check_input("cube", "x", x)
+    return load_extension().module.cube(x)
+
+
+def cube_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """grad_out · 3x² by the C++ ``CubeBackward`` Function, which saves both inputs."""
+    _check_input("cube_backward", "grad_out", grad_out)
+    _check_input("cube_backward", "x", x)
+    return load_extension().module.cube_backward(grad_out, x)
+
+
+def cube_untracked(x: torch.Tensor) -> torch.Tensor:
+    """y = x³ by the C++ ``CubeUntracked`` Function: first derivative only (broken on purpose).
+
+    Its backward calls the backward kernel directly. The kernel writes through raw pointers,
+    so the gradient has no ``grad_fn`` even under ``create_graph=True``, and differentiating
+    it again raises.
+    """
+    _check_input("cube_untracked", "x", x)
+    return load_extension().module.cube_untracked(x)

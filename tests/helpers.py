@@ -6,14 +6,17 @@ import pytest
 import torch
 
 from double_backward import Cube, Exp, Square, sinh
+from double_backward.functions.custom_ops import cube
 from double_backward.functions.higher_orders import derivatives
 
-# Each correct Function of the tutorial next to the native op it must match, to every order.
+# Each correct Function of the tutorial (and the custom-operator Cube) next to the native op it must match, to every order.
 CORRECT_FUNCTIONS = [
     pytest.param(Square.apply, lambda x: x**2, id="Square"),
     pytest.param(Exp.apply, torch.exp, id="Exp"),
     pytest.param(sinh, torch.sinh, id="Sinh"),
     pytest.param(Cube.apply, lambda x: x**3, id="Cube"),
+    # The same case as two torch.library custom operators (NumPy forward and backward).
+    pytest.param(cube, lambda x: x**3, id="cube-custom-op"),
 ]
 
 __all__ = ["CORRECT_FUNCTIONS", "derivatives"]

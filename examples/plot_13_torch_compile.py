@@ -114,6 +114,7 @@ tanh_z = torch.tanh(z.detach())
 print(f"d penalty / dz: {grad_z.numpy().round(6).tolist()}")
 print(f"by hand:        {(32 * tanh_z * (1 - tanh_z**2)).numpy().round(6).tolist()}")
 
+
 # %%
 # The compiled generator was differentiated once, the eager critic twice: every backward that
 # had to be differentiated again ran in eager mode.

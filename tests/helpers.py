@@ -9,7 +9,8 @@ from double_backward import Cube, Exp, Square, sinh
 from double_backward.functions.custom_ops import cube
 from double_backward.functions.higher_orders import derivatives
 
-# Each correct Function of the tutorial (and the custom-operator Cube) next to the native op it must match, to every order.
+# Each correct Function of the tutorial (and the custom-operator cube) next to the native op
+# it must match, to every order.
 CORRECT_FUNCTIONS = [
     pytest.param(Square.apply, lambda x: x**2, id="Square"),
     pytest.param(Exp.apply, torch.exp, id="Exp"),

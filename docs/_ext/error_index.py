@@ -171,7 +171,9 @@ def captured_message(scenario: Callable[[], None]) -> str:
 @functools.cache
 def captured_messages() -> tuple[tuple[str, str], ...]:
     """(title, message) of every scenario, raised once per process."""
-    return tuple((title, captured_message(scenario)) for title, scenario, *_ in SCENARIOS)
+    return tuple(
+        (title, captured_message(scenario)) for title, scenario, *_ in SCENARIOS
+    )
 
 
 def table() -> str:

@@ -10,14 +10,14 @@ every failure claim is checked to raise the error, or give the wrong result, tha
 
 from __future__ import annotations
 
+import compatibility_matrix as matrix
+import error_index
 import pytest
 import torch
 from torch.autograd import gradgradcheck
 from torch.autograd.gradcheck import GradcheckError
 from torch.func import hessian, jacfwd, jacrev, jvp, vmap
 
-import compatibility_matrix as matrix
-import error_index
 from double_backward import Cube, CubeBackward, Exp, SinhBad, Square, sinh
 from double_backward.functions import setup_context_style as modern
 from double_backward.functions.custom_ops import cube, cube_backward
@@ -30,14 +30,21 @@ TORCH_FUNC = ["vmap", "jacrev", "jacfwd", "hessian", "jvp"]
 FIRST_FOUR = ["first backward", "double backward", "gradgradcheck", "third order"]
 
 
-def _row(first_four=PASS, torch_func=OLD_STYLE, compile_first=PASS, compile_double=COMPILE):
+def _row(
+    first_four=PASS, torch_func=OLD_STYLE, compile_first=PASS, compile_double=COMPILE
+):
     values = [first_four] * 4 if isinstance(first_four, str) else first_four
     funcs = [torch_func] * 5 if isinstance(torch_func, str) else torch_func
     return dict(
         zip([*FIRST_FOUR, *TORCH_FUNC], [*values, *funcs], strict=True),
-        **{"compile, first order": compile_first, "compile, double backward": compile_double},
+        **{
+            "compile, first order": compile_first,
+            "compile, double backward": compile_double,
+        },
     )
 
+
+MODERN = _row(torch_func=PASS, compile_double=PASS)
 
 # (row key as the page shows it) -> (function, native, claims)
 CLAIMS = {
@@ -57,13 +64,13 @@ CLAIMS = {
         _row(compile_double=PASS),
     ),
     # A jvp staticmethod: Dynamo runs the Function eagerly at a graph break.
-    "Square (setup_context)": (modern.Square.apply, lambda t: t**2, _row(torch_func=PASS, compile_double=PASS)),
-    "Exp (setup_context)": (modern.Exp.apply, torch.exp, _row(torch_func=PASS, compile_double=PASS)),
-    "Cube (setup_context)": (modern.Cube.apply, lambda t: t**3, _row(torch_func=PASS, compile_double=PASS)),
+    "Square (setup_context)": (modern.Square.apply, lambda t: t**2, MODERN),
+    "Exp (setup_context)": (modern.Exp.apply, torch.exp, MODERN),
+    "Cube (setup_context)": (modern.Cube.apply, lambda t: t**3, MODERN),
     "CubeBackward(x, x) (setup_context)": (
         lambda t: modern.CubeBackward.apply(t, t),
         lambda t: 3 * t**3,
-        _row(torch_func=PASS, compile_double=PASS),
+        MODERN,
     ),
     "cube (custom op)": (
         cube,
@@ -179,9 +186,13 @@ def test_compile_claims(key):
     assert claims["compile, first order"] == PASS
     torch.testing.assert_close(_nth(compiled, _x(True), 1), _nth(native, _x(True), 1))
     if claims["compile, double backward"] == PASS:
-        torch.testing.assert_close(_nth(compiled, _x(True), 2), _nth(native, _x(True), 2))
+        torch.testing.assert_close(
+            _nth(compiled, _x(True), 2), _nth(native, _x(True), 2)
+        )
     else:
-        with pytest.raises(RuntimeError, match="aot_autograd does not currently support double"):
+        with pytest.raises(
+            RuntimeError, match="aot_autograd does not currently support double"
+        ):
             _nth(compiled, _x(True), 2)
 
 
@@ -208,7 +219,9 @@ def test_render_links_each_error_to_its_index_entry_and_states_the_torch_version
         for column in matrix.COLUMNS
     }
     message = dict(error_index.captured_messages())[COMPILE]
-    cells["Square (tutorial)", "compile, double backward"] = matrix.Cell("error", message)
+    cells["Square (tutorial)", "compile, double backward"] = matrix.Cell(
+        "error", message
+    )
     cells["cube (custom op)", "jvp"] = matrix.Cell(WRONG, "off by up to 12")
     page = matrix.render(cells, "9.9.9")
     assert "torch 9.9.9" in page

@@ -65,7 +65,9 @@ def test_third_derivative_against_native_with_a_grad_out_that_requires_grad():
     x = _leaf(-1.5, 0.5, 2.0)
     results = []
     for fn in (cube, lambda t: t**3):
-        grad_out = torch.tensor([0.5, -2.0, 1.0], dtype=torch.float64, requires_grad=True)
+        grad_out = torch.tensor(
+            [0.5, -2.0, 1.0], dtype=torch.float64, requires_grad=True
+        )
         (g1,) = torch.autograd.grad(fn(x), x, grad_out, create_graph=True)
         (g2,) = torch.autograd.grad(g1.sum(), x, create_graph=True)
         results.append(torch.autograd.grad(g2.sum(), (x, grad_out), allow_unused=True))
@@ -119,12 +121,16 @@ def test_export_keeps_the_operator_as_one_node():
             return cube(x)
 
     program = torch.export.export(Model(), (torch.ones(3),))
-    targets = [node.target for node in program.graph.nodes if node.op == "call_function"]
+    targets = [
+        node.target for node in program.graph.nodes if node.op == "call_function"
+    ]
     assert targets == [torch.ops.double_backward.cube.default]
 
 
 def test_bad_input_is_rejected_naming_the_operator_and_argument():
-    with pytest.raises(RuntimeError, match=r"double_backward::cube\(\) Expected a value"):
+    with pytest.raises(
+        RuntimeError, match=r"double_backward::cube\(\) Expected a value"
+    ):
         cube([1.0, 2.0])
     with pytest.raises(TypeError, match="cube_backward: argument 'x' must be a real"):
         cube_backward(torch.ones(2), torch.ones(2, dtype=torch.complex64))

@@ -38,7 +38,9 @@ NAMESPACE = "double_backward"
 
 def _cube_numpy(x: torch.Tensor) -> torch.Tensor:
     """x³ computed by NumPy on a detached copy, returned as a new tensor like x."""
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow gives inf, as in torch
+    with np.errstate(
+        over="ignore", invalid="ignore"
+    ):  # overflow gives inf, as in torch
         result = _to_numpy(x) ** 3
     return torch.from_numpy(np.asarray(result)).to(device=x.device, dtype=x.dtype)
 
@@ -121,7 +123,10 @@ cube_backward.register_autograd(
 
 @cube_backward.register_vmap
 def _cube_backward_vmap(
-    info: Any, in_dims: tuple[int | None, int | None], grad_out: torch.Tensor, x: torch.Tensor
+    info: Any,
+    in_dims: tuple[int | None, int | None],
+    grad_out: torch.Tensor,
+    x: torch.Tensor,
 ):
     grad_out_dim, x_dim = in_dims
     grad_out = _batch_first(grad_out, grad_out_dim, info.batch_size)

@@ -187,8 +187,12 @@ class SquareWithoutJvp(torch.autograd.Function):
 
 
 # -- custom operators ------------------------------------------------------------------------
-@torch.library.custom_op("double_backward::cube_backward_without_autograd", mutates_args=())
-def cube_backward_without_autograd(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+@torch.library.custom_op(
+    "double_backward::cube_backward_without_autograd", mutates_args=()
+)
+def cube_backward_without_autograd(
+    grad_out: torch.Tensor, x: torch.Tensor
+) -> torch.Tensor:
     """BROKEN for double backward: grad_out · 3x² by NumPy, an operator with no autograd.
 
     Registered with custom_op but never with register_autograd. Called from another
@@ -203,7 +207,9 @@ cube_backward_without_autograd.register_fake(
 )
 
 
-@torch.library.custom_op("double_backward::cube_with_untracked_backward", mutates_args=())
+@torch.library.custom_op(
+    "double_backward::cube_with_untracked_backward", mutates_args=()
+)
 def cube_with_untracked_backward(x: torch.Tensor) -> torch.Tensor:
     """BROKEN at second order: x³ whose backward calls :func:`cube_backward_without_autograd`.
 
@@ -223,7 +229,9 @@ def _save_x(ctx: Any, inputs: tuple[torch.Tensor], output: Any) -> None:
 
 def _untracked_backward_rule(ctx: Any, grad_out: torch.Tensor) -> torch.Tensor:
     (x,) = ctx.saved_tensors
-    return cube_backward_without_autograd(grad_out, x)  # the mistake: no autograd behind it
+    return cube_backward_without_autograd(
+        grad_out, x
+    )  # the mistake: no autograd behind it
 
 
 cube_with_untracked_backward.register_autograd(

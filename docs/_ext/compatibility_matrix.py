@@ -24,7 +24,12 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
-from error_index import SCENARIOS, captured_messages, first_line
+from error_index import (
+    SCENARIOS,
+    TORCH_INTERNAL_WARNING,
+    captured_messages,
+    first_line,
+)
 from source_digest import digest
 from sphinx.application import Sphinx
 from sphinx.util import logging
@@ -214,6 +219,7 @@ def run_cell(column: str, row: Row) -> Cell:
     with warnings.catch_warnings():
         # torch's own forward-AD set-up uses torch.jit.script, deprecated (pyproject says so).
         warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated")
+        warnings.filterwarnings("ignore", TORCH_INTERNAL_WARNING)
         expected = COLUMNS[REFERENCE.get(column, column)](native(row))
         try:
             got = transform(load(row))

@@ -8,12 +8,18 @@ The sections are written to ``_generated/error_messages.md``, which ``errors.md`
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 
 from source_digest import digest
 from sphinx.application import Sphinx
+
+# Raised by torch.compile's own tracing of an old-style Function, not by the code traced.
+TORCH_INTERNAL_WARNING = (
+    "<class 'torch.autograd.function.Function'> should not be instantiated"
+)
 
 
 def _grad_x(fn, x, grad_out=None):
@@ -95,8 +101,12 @@ def _compile_double_backward() -> None:
     from double_backward import Square
 
     x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    torch._dynamo.reset()  # a fresh compile: no cache, no recompile limit reached earlier
     compiled = torch.compile(Square.apply, backend="aot_eager")
-    torch.autograd.grad(_grad_x(compiled, x).sum(), x)
+    with warnings.catch_warnings():
+        # Dynamo itself instantiates the Function while tracing it, which torch deprecates.
+        warnings.filterwarnings("ignore", TORCH_INTERNAL_WARNING)
+        torch.autograd.grad(_grad_x(compiled, x).sum(), x)
 
 
 def _custom_op_without_autograd() -> None:

@@ -25,12 +25,11 @@ from importlib.metadata import version
 from pathlib import Path
 
 from error_index import (
-    SCENARIOS,
     TORCH_INTERNAL_WARNING,
     captured_messages,
     first_line,
 )
-from source_digest import digest
+from source_digest import digest, regenerate
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
@@ -342,24 +341,17 @@ def _write_matrix(app: Sphinx) -> None:
     # Running the cells compiles 14 functions (seconds): redo it only when torch or the code
     # changed, keyed like the error index (this file and error_index.py included).
     path = Path(app.srcdir) / "_generated" / "compatibility_matrix.md"
-    key_path = path.with_suffix(".key")
     extension_dir = Path(__file__).parent
     key = digest(
         Path(__file__), extension_dir / "error_index.py", salt=version("torch")
     )
-    if path.exists() and key_path.exists() and key_path.read_text() == key:
-        return
     started = time.perf_counter()
-    content = render(run_matrix(), version("torch"))
-    LOGGER.info(
-        "compatibility matrix: %d cells in %.1f s",
-        len(ROWS) * len(COLUMNS),
-        time.perf_counter() - started,
-    )
-    path.parent.mkdir(exist_ok=True)
-    if not path.exists() or path.read_text() != content:  # unchanged: no rebuild
-        path.write_text(content)
-    key_path.write_text(key)
+    if regenerate(path, key, lambda: render(run_matrix(), version("torch"))):
+        LOGGER.info(
+            "compatibility matrix: %d cells in %.1f s",
+            len(ROWS) * len(COLUMNS),
+            time.perf_counter() - started,
+        )
 
 
 def setup(app: Sphinx) -> dict[str, object]:
@@ -367,4 +359,4 @@ def setup(app: Sphinx) -> dict[str, object]:
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 
-__all__ = ["COLUMNS", "ROWS", "SCENARIOS", "Cell", "Row", "render", "run_matrix"]
+__all__ = ["COLUMNS", "ROWS", "Cell", "Row", "render", "run_matrix"]

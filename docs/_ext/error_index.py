@@ -13,7 +13,7 @@ from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 
-from source_digest import digest
+from source_digest import digest, regenerate
 from sphinx.application import Sphinx
 
 # Raised by torch.compile's own tracing of an old-style Function, not by the code traced.
@@ -201,15 +201,8 @@ def table() -> str:
 def _write_table(app: Sphinx) -> None:
     # Raising the errors imports torch (seconds): redo it only when torch or the code changed.
     path = Path(app.srcdir) / "_generated" / "error_messages.md"
-    key_path = path.with_suffix(".key")
     key = digest(Path(__file__), salt=version("torch"))  # torch, the package, this file
-    if path.exists() and key_path.exists() and key_path.read_text() == key:
-        return
-    path.parent.mkdir(exist_ok=True)
-    content = table()
-    if not path.exists() or path.read_text() != content:  # unchanged: no rebuild
-        path.write_text(content)
-    key_path.write_text(key)
+    regenerate(path, key, table)
 
 
 def setup(app: Sphinx) -> dict[str, object]:

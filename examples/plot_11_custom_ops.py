@@ -197,7 +197,7 @@ forward = {name: per_call(lambda f=f: f(t)) for name, f in PAIR.items()}
 both = {name: per_call(forward_backward(f)) for name, f in PAIR.items()}
 ratio_forward = forward["cube operator"] / forward["Cube Function"]
 ratio_both = both["cube operator"] / both["Cube Function"]
-print(f"forward:            operator / Function above 3x: {ratio_forward > 3}")
+print(f"forward:            operator / Function above 2x: {ratio_forward > 2}")
 print(f"forward + backward: operator / Function above 1x: {ratio_both > 1}")
 
 # %%

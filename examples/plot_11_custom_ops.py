@@ -105,8 +105,7 @@ except RuntimeError as error:
 # -------------------------------------------------------
 # ``torch.compile`` and ``torch.export`` trace with *fake tensors*, which have a shape and a dtype
 # but no data. The tutorial's ``CubeBackward`` hands its input to NumPy, which needs data; the
-# operator answers from ``register_fake``. Exported, the operator stays one named node, which is
-# what lets a saved program be loaded where the operator is registered.
+# operator answers from ``register_fake``. Exported, the operator stays one named node.
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from double_backward import Cube, CubeBackward
@@ -138,7 +137,7 @@ print(f"exported graph calls: {calls}")
 # With ``fullgraph=True`` a graph break is an error. Dynamo cannot trace the NumPy call inside the
 # tutorial's ``Cube`` (its backward runs NumPy), so without ``fullgraph`` it falls back to eager
 # for that call; the operator is opaque to it and compiles. (``aot_eager`` keeps this page's
-# build fast; the default inductor backend behaves the same way here, only slower to compile.)
+# build fast.)
 for name, fn in [("cube operator", cube), ("Cube Function", Cube.apply)]:
     torch._dynamo.reset()
     compiled = torch.compile(fn, backend="aot_eager", fullgraph=True)
@@ -158,6 +157,11 @@ for name, fn in [("cube operator", cube), ("Cube Function", Cube.apply)]:
 # through the registered ``register_vmap`` rule. Forward mode (``jvp``, ``jacfwd``) is worse:
 # there is no way to register a forward-mode rule, and the operator returns **zero tangents,
 # silently**. The ``setup_context`` Functions of :doc:`plot_06_modern_api` support all of these.
+registrations = [name for name in dir(cube) if name.startswith("register_")]
+print(f"what a custom operator can register: {registrations}")
+
+# %%
+# None of those is a forward-mode rule. Run side by side with the native op:
 batch = torch.tensor([[-1.5, 0.5], [2.0, 1.0]], dtype=torch.float64)
 print(
     f"vmap(cube) matches x**3: {torch.allclose(torch.func.vmap(cube)(batch), batch**3)}"

@@ -1,16 +1,16 @@
 r"""Case 4 of the tutorial the way PyTorch recommends since 2.4: two custom operators.
 
-:func:`torch.library.custom_op` turns a Python function that PyTorch cannot see into (NumPy
+:func:`torch.library.custom_op` turns a Python function whose inside PyTorch cannot see (NumPy
 here, standing in for SciPy or a C++/CUDA kernel) into an operator with a schema, like
 ``torch.ops.aten.mul``. Autograd, :mod:`torch.func`, ``torch.compile`` and ``torch.export``
 treat it as one opaque call; what each needs is registered beside it:
 
-- :func:`cube` computes :math:`y = x^3` in NumPy. Its ``register_autograd`` backward is
-  :math:`\bar{x} = 3x^2\,\bar{y}`, computed by calling the second operator, :func:`cube_backward`.
-- :func:`cube_backward` computes :math:`g = 3x^2\,\bar{y}` in NumPy too. Its own
+- ``cube`` computes :math:`y = x^3` in NumPy. Its ``register_autograd`` backward is
+  :math:`\bar{x} = 3x^2\,\bar{y}`, computed by calling the second operator, ``cube_backward``.
+- ``cube_backward`` computes :math:`g = 3x^2\,\bar{y}` in NumPy too. Its own
   ``register_autograd`` backward returns :math:`\partial g/\partial \bar{y} \cdot \bar{g} =
   3x^2\,\bar{g}` and :math:`\partial g/\partial x \cdot \bar{g} = 6x\,\bar{y}\,\bar{g}` with
-  torch operations, so second, third and higher derivatives of :func:`cube` work.
+  torch operations, so second, third and higher derivatives of ``cube`` work.
 - ``register_fake`` gives each operator's output shape and dtype without running NumPy, which
   is what ``torch.compile``, ``torch.export`` and :func:`torch.library.opcheck` trace with.
 - ``register_vmap`` runs the elementwise NumPy code on the whole batch at once; without it
@@ -48,7 +48,7 @@ def _cube_numpy(x: torch.Tensor) -> torch.Tensor:
 # -- cube -------------------------------------------------------------------------------
 @torch.library.custom_op(f"{NAMESPACE}::cube", mutates_args=())
 def cube(x: torch.Tensor) -> torch.Tensor:
-    """y = x³, computed by NumPy; differentiable to any order through :func:`cube_backward`."""
+    """y = x³, computed by NumPy; differentiable to any order through ``cube_backward``."""
     check_real_tensor("cube", "x", x)
     return _cube_numpy(x)
 

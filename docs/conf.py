@@ -32,6 +32,7 @@ extensions = [
     "html_fixes",  # in _ext/: ARIA and validity fixes to generated HTML
     "page_descriptions",  # in _ext/: a meta description on every page
     "error_index",  # in _ext/: the error table, from messages raised at build time
+    "compatibility_matrix",  # in _ext/: every Function under every transform, run at build time
 ]
 exclude_patterns = [
     "_build",

@@ -7,9 +7,11 @@ import torch
 
 from double_backward import Cube, Exp, Square, sinh
 from double_backward.functions import cpp_extension
+from double_backward.functions.custom_ops import cube
 from double_backward.functions.higher_orders import derivatives
 
-# Each correct Function of the tutorial next to the native op it must match, to every order.
+# Each correct Function of the tutorial (and the custom-operator cube) next to the native op
+# it must match, to every order.
 CORRECT_FUNCTIONS = [
     pytest.param(Square.apply, lambda x: x**2, id="Square"),
     pytest.param(Exp.apply, torch.exp, id="Exp"),
@@ -17,6 +19,8 @@ CORRECT_FUNCTIONS = [
     pytest.param(Cube.apply, lambda x: x**3, id="Cube"),
     # The same case as a C++ extension: a torch::autograd::Function calling another.
     pytest.param(cpp_extension.cube, lambda x: x**3, id="CppCube"),
+    # The same case as two torch.library custom operators (NumPy forward and backward).
+    pytest.param(cube, lambda x: x**3, id="cube-custom-op"),
 ]
 
 # Those that take every dtype the native op takes; the C++ kernel takes float32 and float64

@@ -7,12 +7,19 @@ The sections are written to ``_generated/error_messages.md``, which ``errors.md`
 
 from __future__ import annotations
 
+import functools
+import warnings
 from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 
-from source_digest import digest
+from source_digest import digest, regenerate
 from sphinx.application import Sphinx
+
+# Raised by torch.compile's own tracing of an old-style Function, not by the code traced.
+TORCH_INTERNAL_WARNING = (
+    "<class 'torch.autograd.function.Function'> should not be instantiated"
+)
 
 
 def _grad_x(fn, x, grad_out=None):
@@ -88,6 +95,29 @@ def _gradgradcheck_mismatch() -> None:
     gradgradcheck(SquareDetachesInBackward.apply, (x,))
 
 
+def _compile_double_backward() -> None:
+    import torch
+
+    from double_backward import Square
+
+    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    torch._dynamo.reset()  # a fresh compile: no cache, no recompile limit reached earlier
+    compiled = torch.compile(Square.apply, backend="aot_eager")
+    with warnings.catch_warnings():
+        # Dynamo itself instantiates the Function while tracing it, which torch deprecates.
+        warnings.filterwarnings("ignore", TORCH_INTERNAL_WARNING)
+        torch.autograd.grad(_grad_x(compiled, x).sum(), x)
+
+
+def _custom_op_without_autograd() -> None:
+    import torch
+
+    from double_backward.functions.failures import cube_with_untracked_backward
+
+    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    torch.autograd.grad(_grad_x(cube_with_untracked_backward, x).sum(), x)
+
+
 # (title, scenario, cause, fix, page)
 SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
     ("The gradient has no graph", _no_graph,
@@ -121,7 +151,22 @@ SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
      "`generate_vmap_rule = True` on a Function whose forward uses NumPy.",
      "Write a `vmap` staticmethod that runs the NumPy code on the whole batch.",
      "auto_examples/plot_06_modern_api"),
+    ("Double backward through torch.compile", _compile_double_backward,
+     "A gradient taken with `create_graph=True` through a `torch.compile`d function is "
+     "differentiated again: AOTAutograd compiles first-order backward only.",
+     "Compile the first-order part only, and take higher orders in eager mode.",
+     "auto_examples/plot_13_torch_compile"),
+    ("Custom operator without autograd", _custom_op_without_autograd,
+     "An operator made with `torch.library.custom_op` and no `register_autograd` is "
+     "differentiated, often inside another operator's backward (at the second order).",
+     "Call `register_autograd` on that operator too, with a backward that is differentiable.",
+     "auto_examples/plot_11_custom_ops"),
 ]  # fmt: skip
+
+
+def first_line(error: BaseException) -> str:
+    """``Type: first line of the message``, as the index shows it."""
+    return f"{type(error).__name__}: {str(error).strip().splitlines()[0].rstrip(',')}"
 
 
 def captured_message(scenario: Callable[[], None]) -> str:
@@ -129,17 +174,25 @@ def captured_message(scenario: Callable[[], None]) -> str:
     try:
         scenario()
     except Exception as error:  # noqa: BLE001 - any error is what we want to capture
-        first_line = str(error).strip().splitlines()[0].rstrip(",")
-        return f"{type(error).__name__}: {first_line}"
+        return first_line(error)
     raise RuntimeError(f"error_index: {scenario.__name__} raised no error")
+
+
+@functools.cache
+def captured_messages() -> tuple[tuple[str, str], ...]:
+    """(title, message) of every scenario, raised once per process."""
+    return tuple(
+        (title, captured_message(scenario)) for title, scenario, *_ in SCENARIOS
+    )
 
 
 def table() -> str:
     """One section per message: the message as raised, its cause, its fix, where explained."""
     sections = []
-    for title, scenario, cause, fix, page in SCENARIOS:
+    messages = dict(captured_messages())
+    for title, _, cause, fix, page in SCENARIOS:
         sections.append(
-            f"## {title}\n\n```text\n{captured_message(scenario)}\n```\n\n"
+            f"## {title}\n\n```text\n{messages[title]}\n```\n\n"
             f"- **Cause:** {cause}\n- **Fix:** {fix}\n- **Explained in:** {{doc}}`/{page}`\n"
         )
     return "\n".join(sections)
@@ -148,15 +201,8 @@ def table() -> str:
 def _write_table(app: Sphinx) -> None:
     # Raising the errors imports torch (seconds): redo it only when torch or the code changed.
     path = Path(app.srcdir) / "_generated" / "error_messages.md"
-    key_path = path.with_suffix(".key")
     key = digest(Path(__file__), salt=version("torch"))  # torch, the package, this file
-    if path.exists() and key_path.exists() and key_path.read_text() == key:
-        return
-    path.parent.mkdir(exist_ok=True)
-    content = table()
-    if not path.exists() or path.read_text() != content:  # unchanged: no rebuild
-        path.write_text(content)
-    key_path.write_text(key)
+    regenerate(path, key, table)
 
 
 def setup(app: Sphinx) -> dict[str, object]:

@@ -76,6 +76,19 @@ INVENTORIES = {
             ),
             ("py:class", "torch.dtype", "tensor_attributes.html#torch.dtype"),
             ("py:module", "torch.func", "func.html#module-torch.func"),
+            *(
+                (
+                    "py:function",
+                    f"torch.library.{name}",
+                    f"library.html#torch.library.{name}",
+                )
+                for name in (
+                    "custom_op",
+                    "opcheck",
+                    "register_autograd",
+                    "register_fake",
+                )
+            ),
             ("py:class", "torch.device", "tensor_attributes.html#torch.device"),
             (
                 "py:function",

@@ -8,6 +8,7 @@ would import torch on every build.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -21,3 +22,21 @@ def digest(*extra_files: Path, salt: str = "") -> str:
     for path in [*sorted(sources), *extra_files]:
         hasher.update(path.name.encode() + b"\0" + path.read_bytes())
     return hasher.hexdigest()
+
+
+def regenerate(path: Path, key: str, make: Callable[[], str]) -> bool:
+    """Write ``make()`` to ``path`` unless ``path`` was last made with the same ``key``.
+
+    The key is kept beside the file (``path`` with the suffix ``.key``). The file is rewritten
+    only when its content changes, so that Sphinx does not re-read the pages including it.
+    Returns whether ``make`` ran.
+    """
+    key_path = path.with_suffix(".key")
+    if path.exists() and key_path.exists() and key_path.read_text() == key:
+        return False
+    path.parent.mkdir(exist_ok=True)
+    content = make()
+    if not path.exists() or path.read_text() != content:
+        path.write_text(content)
+    key_path.write_text(key)
+    return True

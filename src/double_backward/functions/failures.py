@@ -184,3 +184,56 @@ class SquareWithoutJvp(torch.autograd.Function):
     def backward(ctx: Any, grad_out: torch.Tensor) -> torch.Tensor:
         (x,) = ctx.saved_tensors
         return grad_out * 2 * x
+
+
+# -- custom operators ------------------------------------------------------------------------
+@torch.library.custom_op(
+    "double_backward::cube_backward_without_autograd", mutates_args=()
+)
+def cube_backward_without_autograd(
+    grad_out: torch.Tensor, x: torch.Tensor
+) -> torch.Tensor:
+    """BROKEN for double backward: grad_out · 3x² by NumPy, an operator with no autograd.
+
+    Registered with custom_op but never with register_autograd. Called from another
+    operator's backward, it gives the right first derivative, and the second backward
+    raises: autograd records the call, but has no formula to differentiate it with.
+    """
+    return cube_backward_numpy(grad_out, x)
+
+
+cube_backward_without_autograd.register_fake(
+    lambda grad_out, x: torch.empty_like(x, dtype=torch.result_type(grad_out, x))
+)
+
+
+@torch.library.custom_op(
+    "double_backward::cube_with_untracked_backward", mutates_args=()
+)
+def cube_with_untracked_backward(x: torch.Tensor) -> torch.Tensor:
+    """BROKEN at second order: x³ whose backward calls :func:`cube_backward_without_autograd`.
+
+    The fix, :func:`double_backward.functions.custom_ops.cube`, registers autograd for its
+    backward operator too.
+    """
+    check_real_tensor("cube_with_untracked_backward", "x", x)
+    return x.detach() ** 3
+
+
+cube_with_untracked_backward.register_fake(lambda x: torch.empty_like(x))
+
+
+def _save_x(ctx: Any, inputs: tuple[torch.Tensor], output: Any) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _untracked_backward_rule(ctx: Any, grad_out: torch.Tensor) -> torch.Tensor:
+    (x,) = ctx.saved_tensors
+    return cube_backward_without_autograd(
+        grad_out, x
+    )  # the mistake: no autograd behind it
+
+
+cube_with_untracked_backward.register_autograd(
+    _untracked_backward_rule, setup_context=_save_x
+)

@@ -1,0 +1,236 @@
+"""The compatibility matrix: its claims, checked by running torch here, not by reading the page.
+
+CLAIMS is what the page says, written down from what each style is known to support (old-style
+Functions are refused by torch.func; the setup_context Functions have jvp and vmap rules;
+custom operators have reverse-mode autograd and a vmap rule but no forward-mode rule; AOTAutograd
+compiles first-order backward only, and Dynamo runs NumPy and jvp staticmethods eagerly at a
+graph break). Every "pass" claim is checked against the native op with plain torch calls below;
+every failure claim is checked to raise the error, or give the wrong result, that it shows.
+"""
+
+from __future__ import annotations
+
+import compatibility_matrix as matrix
+import error_index
+import pytest
+import torch
+from torch.autograd import gradgradcheck
+from torch.autograd.gradcheck import GradcheckError
+from torch.func import hessian, jacfwd, jacrev, jvp, vmap
+
+from double_backward import Cube, CubeBackward, Exp, SinhBad, Square, sinh
+from double_backward.functions import setup_context_style as modern
+from double_backward.functions.custom_ops import cube, cube_backward
+from double_backward.functions.higher_orders import Cos, Sin
+
+PASS, WRONG = "pass", "wrong"
+OLD_STYLE = "Old style under torch.func"
+COMPILE = "Double backward through torch.compile"
+TORCH_FUNC = ["vmap", "jacrev", "jacfwd", "hessian", "jvp"]
+FIRST_FOUR = ["first backward", "double backward", "gradgradcheck", "third order"]
+
+
+def _row(
+    first_four=PASS, torch_func=OLD_STYLE, compile_first=PASS, compile_double=COMPILE
+):
+    values = [first_four] * 4 if isinstance(first_four, str) else first_four
+    funcs = [torch_func] * 5 if isinstance(torch_func, str) else torch_func
+    return dict(
+        zip([*FIRST_FOUR, *TORCH_FUNC], [*values, *funcs], strict=True),
+        **{
+            "compile, first order": compile_first,
+            "compile, double backward": compile_double,
+        },
+    )
+
+
+MODERN = _row(torch_func=PASS, compile_double=PASS)
+
+# (row key as the page shows it) -> (function, native, claims)
+CLAIMS = {
+    "Square (tutorial)": (Square.apply, lambda t: t**2, _row()),
+    "Exp (tutorial)": (Exp.apply, torch.exp, _row()),
+    "sinh (Sinh) (tutorial)": (sinh, torch.sinh, _row()),
+    "SinhBad (tutorial, broken)": (
+        SinhBad.apply,
+        torch.sinh,
+        _row([PASS, "The gradient has no graph", "gradgradcheck finds a mismatch", WRONG]),
+    ),
+    # NumPy in backward: Dynamo runs it eagerly at a graph break, so double backward works.
+    "Cube (tutorial)": (Cube.apply, lambda t: t**3, _row(compile_double=PASS)),
+    "CubeBackward(x, x) (tutorial)": (
+        lambda t: CubeBackward.apply(t, t),
+        lambda t: 3 * t**3,
+        _row(compile_double=PASS),
+    ),
+    # A jvp staticmethod: Dynamo runs the Function eagerly at a graph break.
+    "Square (setup_context)": (modern.Square.apply, lambda t: t**2, MODERN),
+    "Exp (setup_context)": (modern.Exp.apply, torch.exp, MODERN),
+    "Cube (setup_context)": (modern.Cube.apply, lambda t: t**3, MODERN),
+    "CubeBackward(x, x) (setup_context)": (
+        lambda t: modern.CubeBackward.apply(t, t),
+        lambda t: 3 * t**3,
+        MODERN,
+    ),
+    "cube (custom op)": (
+        cube,
+        lambda t: t**3,
+        _row(torch_func=[PASS, OLD_STYLE, WRONG, OLD_STYLE, WRONG]),
+    ),
+    "cube_backward(x, x) (custom op)": (
+        lambda t: cube_backward(t, t),
+        lambda t: 3 * t**3,
+        _row(torch_func=[PASS, OLD_STYLE, WRONG, OLD_STYLE, WRONG]),
+    ),
+    "Sin (tutorial)": (Sin.apply, torch.sin, _row()),
+    "Cos (tutorial)": (Cos.apply, torch.cos, _row()),
+}  # fmt: skip
+
+# Dynamo instantiates old-style Functions while tracing them, which torch itself deprecates.
+TORCH_INTERNAL_WARNINGS = pytest.mark.filterwarnings(
+    "ignore:<class 'torch.autograd.function.Function'> should not be instantiated"
+)
+X = (-1.5, 0.5, 2.0)
+
+
+def _x(requires_grad=False):
+    return torch.tensor(X, dtype=torch.float64, requires_grad=requires_grad)
+
+
+def _nth(fn, x, order):
+    value = fn(x)
+    for step in range(order):
+        (value,) = torch.autograd.grad(value.sum(), x, create_graph=step < order - 1)
+    return value
+
+
+def _third(fn):
+    # Third derivative as plot_07 takes it: a derivative with no graph is constant.
+    x = _x(True)
+    value = fn(x)
+    for _ in range(3):
+        if not value.requires_grad:
+            value = torch.zeros_like(x)
+            continue
+        (value,) = torch.autograd.grad(value.sum(), x, create_graph=True)
+    return value
+
+
+INDEPENDENT = {
+    "first backward": lambda fn: _nth(fn, _x(True), 1),
+    "double backward": lambda fn: _nth(fn, _x(True), 2),
+    "third order": _third,
+    "vmap": lambda fn: vmap(fn)(torch.stack([_x(), 2 * _x()])),
+    "jacrev": lambda fn: jacrev(fn)(_x()),
+    "jacfwd": lambda fn: jacfwd(fn)(_x()),
+    "hessian": lambda fn: hessian(lambda t: fn(t).sum())(_x()),
+    "jvp": lambda fn: jvp(fn, (_x(),), (torch.ones(3, dtype=torch.float64),))[1],
+}
+
+
+def _cells(kind):
+    """The cells claimed to pass, to be wrong, or to raise ("error")."""
+    return [
+        pytest.param(key, column, id=f"{key} | {column}")
+        for key, (_, _, claims) in CLAIMS.items()
+        for column, claimed in claims.items()
+        if column in INDEPENDENT
+        and kind == (claimed if claimed in (PASS, WRONG) else "error")
+    ]
+
+
+def test_claims_cover_every_row_and_column_of_the_page():
+    keys = {f"{row.label} ({row.style})" for row in matrix.ROWS}
+    assert keys == set(CLAIMS)
+    assert all(list(claims) == list(matrix.COLUMNS) for _, _, claims in CLAIMS.values())
+
+
+@pytest.mark.parametrize(("key", "column"), _cells(PASS))
+def test_claimed_pass_agrees_with_native(key, column):
+    fn, native, _ = CLAIMS[key]
+    torch.testing.assert_close(INDEPENDENT[column](fn), INDEPENDENT[column](native))
+
+
+@pytest.mark.parametrize(("key", "column"), _cells(WRONG))
+def test_claimed_wrong_runs_and_disagrees_with_native(key, column):
+    fn, native, _ = CLAIMS[key]
+    got, expected = INDEPENDENT[column](fn), INDEPENDENT[column](native)
+    assert not torch.allclose(got, expected)
+
+
+@pytest.mark.parametrize(("key", "column"), _cells("error"))
+def test_claimed_error_is_raised_with_the_message_indexed_under_its_title(key, column):
+    fn, _, claims = CLAIMS[key]
+    indexed = dict(error_index.captured_messages())[claims[column]]
+    with pytest.raises(Exception) as raised:  # noqa: B017 - the message is what is checked
+        INDEPENDENT[column](fn)
+    assert error_index.first_line(raised.value) == indexed
+
+
+@pytest.mark.parametrize("key", list(CLAIMS))
+def test_gradgradcheck_claim(key):
+    fn, _, claims = CLAIMS[key]
+    if claims["gradgradcheck"] == PASS:
+        assert gradgradcheck(fn, (_x(True),))
+    else:
+        with pytest.raises(GradcheckError, match="Jacobian mismatch"):
+            gradgradcheck(fn, (_x(True),))
+
+
+@TORCH_INTERNAL_WARNINGS
+@pytest.mark.parametrize("key", list(CLAIMS))
+def test_compile_claims(key):
+    fn, native, claims = CLAIMS[key]
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="aot_eager")
+    assert claims["compile, first order"] == PASS
+    torch.testing.assert_close(_nth(compiled, _x(True), 1), _nth(native, _x(True), 1))
+    if claims["compile, double backward"] == PASS:
+        torch.testing.assert_close(
+            _nth(compiled, _x(True), 2), _nth(native, _x(True), 2)
+        )
+    else:
+        with pytest.raises(
+            RuntimeError, match="aot_autograd does not currently support double"
+        ):
+            _nth(compiled, _x(True), 2)
+
+
+@TORCH_INTERNAL_WARNINGS
+def test_generated_matrix_says_what_the_claims_say():
+    cells = matrix.run_matrix()
+    for (key, column), cell in cells.items():
+        claimed = CLAIMS[key][2][column]
+        if cell.outcome == "error":
+            assert matrix.error_title(cell.detail) == claimed, (key, column)
+        else:
+            assert cell.outcome == claimed, (key, column, cell)
+
+
+def test_unknown_error_message_fails_the_build():
+    with pytest.raises(RuntimeError, match="not in the error index"):
+        matrix.error_title("RuntimeError: a message nobody indexed")
+
+
+def test_render_links_each_error_to_its_index_entry_and_states_the_torch_version():
+    cells = {
+        (f"{row.label} ({row.style})", column): matrix.Cell(PASS)
+        for row in matrix.ROWS
+        for column in matrix.COLUMNS
+    }
+    message = dict(error_index.captured_messages())[COMPILE]
+    cells["Square (tutorial)", "compile, double backward"] = matrix.Cell(
+        "error", message
+    )
+    cells["cube (custom op)", "jvp"] = matrix.Cell(WRONG, "off by 12")
+    page = matrix.render(cells, "9.9.9")
+    table_lines = [line for line in page.splitlines() if line.startswith("|")]
+    assert len({line.replace("\\|", "").count("|") for line in table_lines}) == 2, (
+        "every row of a table has as many cells as its header"
+    )
+    assert len(table_lines) == 2 * (len(matrix.ROWS) + 2)
+    assert "torch 9.9.9" in page
+    assert "{ref}`E1 <matrix-error-1>`" in page
+    assert "(project:errors.md#double-backward-through-torchcompile)" in page
+    assert "**wrong**, off by 12" in page
+    assert page.count("| pass |") >= 1

@@ -118,6 +118,24 @@ def _custom_op_without_autograd() -> None:
     torch.autograd.grad(_grad_x(cube_with_untracked_backward, x).sum(), x)
 
 
+def _cpp_function_under_torch_func() -> None:
+    import torch
+
+    from double_backward.functions.cpp_extension import cube
+
+    torch.func.vmap(cube)(torch.ones(2, 3, dtype=torch.float64))
+
+
+def _gradgradcheck_second_derivative_missing() -> None:
+    import torch
+    from torch.autograd import gradgradcheck
+
+    from double_backward.functions.cpp_extension import cube_untracked
+
+    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    gradgradcheck(cube_untracked, (x,))
+
+
 # (title, scenario, cause, fix, page)
 SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
     ("The gradient has no graph", _no_graph,
@@ -139,6 +157,12 @@ SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
      "often all zeros.",
      "Find which pattern of the failure gallery applies; `double_backward.check` names it.",
      "auto_examples/plot_08_failure_gallery"),
+    ("gradgradcheck finds no second derivative", _gradgradcheck_second_derivative_missing,
+     "`gradgradcheck`: the first derivative has no graph, so its analytical derivative is "
+     "taken as zero, while finite differences of it are not.",
+     "Make backward differentiable: call a Function (or operator) with its own backward "
+     "where backward leaves autograd.",
+     "auto_examples/plot_12_cpp_extension"),
     ("Old style under torch.func", _old_style_under_torch_func,
      "A Function in the `forward(ctx, ...)` style used under `torch.func`.",
      "Split `setup_context` out of `forward`.",
@@ -161,6 +185,12 @@ SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
      "differentiated, often inside another operator's backward (at the second order).",
      "Call `register_autograd` on that operator too, with a backward that is differentiable.",
      "auto_examples/plot_11_custom_ops"),
+    ("C++ Function under torch.func", _cpp_function_under_torch_func,
+     "A C++ `torch::autograd::Function` used under `torch.func` (`vmap`, `grad`, `jacrev`, "
+     "`hessian`, `jvp`): functorch cannot see inside it.",
+     "Call the kernels from a Python Function in the `setup_context` style, with a `vmap` "
+     "and a `jvp` rule.",
+     "auto_examples/plot_12_cpp_extension"),
 ]  # fmt: skip
 
 

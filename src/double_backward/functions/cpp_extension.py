@@ -23,7 +23,6 @@ the example scripts.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import importlib.util
 import os
@@ -177,10 +176,19 @@ def build_extension(root: Path | None = None) -> Build:
     return Build(module, directory, time.perf_counter() - start, from_cache=False)
 
 
-@functools.cache
+_loaded: list[Build] = []  # the process's one Build, once made
+
+
 def load_extension() -> Build:
-    """The extension, built or imported once per process (see :func:`build_extension`)."""
-    return build_extension()
+    """The extension, built or imported once per process (see :func:`build_extension`).
+
+    Remembered in a module-level list rather than with ``functools.cache``: torch.compile
+    warns about every call to a cache-wrapped function it traces, and the Functions below call
+    this on every call.
+    """
+    if not _loaded:
+        _loaded.append(build_extension())
+    return _loaded[0]
 
 
 def _check_input(function_name: str, argument_name: str, value: object) -> None:

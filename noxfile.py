@@ -89,6 +89,13 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/docs_build.py", *session.posargs)
 
 
+@nox.session(reuse_venv=True)
+def bench_functions(session: nox.Session) -> None:
+    """Time each Function against its native op, count saved bytes; `-- --quick` to try."""
+    install(session)
+    session.run("python", "benchmarks/functions.py", *session.posargs)
+
+
 RUNTIME_VENV = ROOT / ".nox" / "site-runtime"
 
 

@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from double_backward import costs
 from double_backward.costs import (
-    CASES,
     Case,
     double_backward,
     forward_backward,
@@ -50,6 +50,7 @@ DEFAULT_OUTPUT = ROOT / "src" / "double_backward" / "measurements" / "functions.
 SIZES = (10**3, 10**4, 10**5, 10**6, 10**7)
 TARGET_SIZE = 10**6
 KINDS = ("forward_backward", "double_backward")
+CASES = list(costs.CASES)  # --only narrows it
 
 
 def cpu_model() -> str:
@@ -260,13 +261,21 @@ def main() -> None:
                         "unless --output is given")  # fmt: skip
     parser.add_argument("--rounds", type=int, help="paired rounds (default 11)")
     parser.add_argument("--output", type=Path, help=f"JSON path (default {DEFAULT_OUTPUT})")
+    parser.add_argument("--only", metavar="NAME",
+                        help="time only the cases whose name contains NAME; writes nothing "
+                        "unless --output is given")  # fmt: skip
     args = parser.parse_args()
     rounds = args.rounds or (3 if args.quick else 11)
     if rounds < 1:
         parser.error("--rounds must be at least 1")
     sizes = SIZES[:-1] if args.quick else SIZES
     budget = 0.002 if args.quick else 0.02  # seconds of calls per timing, at least one call
-    output = args.output or (None if args.quick else DEFAULT_OUTPUT)
+    output = args.output or (None if args.quick or args.only else DEFAULT_OUTPUT)
+    if args.only:
+        cases = [case for case in CASES if args.only.lower() in case.name.lower()]
+        if not cases:
+            parser.error(f"--only {args.only!r} matches no case of {[c.name for c in CASES]}")
+        CASES[:] = cases
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -307,7 +316,7 @@ def main() -> None:
     print(f"\nload average at end {load_end} ({os.cpu_count()} cores)")
 
     if output is None:
-        print("--quick: results not written (give --output PATH to keep them)")
+        print("results not written (--quick or --only; give --output PATH to keep them)")
         return
     results = {
         "date": started.strftime("%Y-%m-%d %H:%M UTC"),

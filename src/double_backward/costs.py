@@ -271,6 +271,8 @@ CASES: tuple[Case, ...] = (
          higher_orders.Cos.apply, "torch.cos", torch.cos),
     Case("Sinh, tutorial form", f"{_FUNCTIONS}.sinh_variants.SinhTutorial",
          sinh_variants.sinh_tutorial, "torch.sinh", torch.sinh),
+    Case("Sinh, before: out of place", f"{_FUNCTIONS}.sinh_variants.SinhOutOfPlace",
+         sinh_variants.sinh_out_of_place, "torch.sinh", torch.sinh),
     Case("Sinh, zeros materialised", f"{_FUNCTIONS}.sinh_variants.SinhMaterialized",
          sinh_variants.sinh_materialized, "torch.sinh", torch.sinh),
     Case("Sinh, recompute in backward", f"{_FUNCTIONS}.sinh_variants.SinhRecompute",

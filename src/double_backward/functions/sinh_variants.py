@@ -1,14 +1,15 @@
-r"""Four other ways to write sinh, to compare what each way of saving costs.
+r"""Five other ways to write sinh, to compare what each way of saving costs.
 
 :class:`~double_backward.Sinh` returns the intermediates :math:`e^{x}/2` and :math:`e^{-x}/2` as
 extra outputs, saves them, and sets ``set_materialize_grads(False)``. Each variant here changes
-one of those choices; all four are correct to the second derivative (the tests check them with
+one of those choices; all five are correct to the second derivative (the tests check them with
 ``gradgradcheck``), and the "What it costs" page measures them against :func:`torch.sinh`.
 
 - :class:`SinhTutorial`: the form of PyTorch's tutorial, saving :math:`e^{\pm x}` and letting
   autograd materialise the unused gradients as zeros;
-- :class:`SinhMaterialized`: the package's :class:`~double_backward.Sinh` with the default
-  ``set_materialize_grads(True)``;
+- :class:`SinhOutOfPlace`: the package's :class:`~double_backward.Sinh` as it was before the
+  costs were measured: a new tensor for every step of forward, a sum of products in backward;
+- :class:`SinhMaterialized`: that same form with the default ``set_materialize_grads(True)``;
 - :class:`SinhRecompute`: saves only the input and recomputes the exponentials in backward;
 - :class:`SinhNativeOps`: :func:`torch.sinh` forward and :func:`torch.cosh` backward, inside a
   custom Function.
@@ -58,11 +59,48 @@ class SinhTutorial(torch.autograd.Function):
         return grad_x - grad_exp_neg_x * exp_neg_x
 
 
+class SinhOutOfPlace(torch.autograd.Function):
+    """The package's :class:`~double_backward.Sinh` before it was measured: out of place.
+
+    Saves the same tensors and sets ``set_materialize_grads(False)`` too, but each step of
+    forward allocates a new tensor (``x - ln 2``, then its exponential, ...) and backward adds
+    the products of the second backward one temporary at a time.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, x: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        check_real_tensor("SinhOutOfPlace", "x", x)
+        half_exp_x = torch.exp(x - _LN_2)
+        half_exp_neg_x = torch.exp(-x - _LN_2)
+        ctx.save_for_backward(half_exp_x, half_exp_neg_x)
+        ctx.set_materialize_grads(False)
+        return half_exp_x - half_exp_neg_x, half_exp_x, half_exp_neg_x
+
+    @staticmethod
+    def backward(
+        ctx: Any,
+        grad_sinh: torch.Tensor | None,
+        grad_half_exp_x: torch.Tensor | None,
+        grad_half_exp_neg_x: torch.Tensor | None,
+    ) -> torch.Tensor | None:
+        half_exp_x, half_exp_neg_x = ctx.saved_tensors
+        terms = []
+        if grad_sinh is not None:
+            terms.append(grad_sinh * (half_exp_x + half_exp_neg_x))
+        if grad_half_exp_x is not None:
+            terms.append(grad_half_exp_x * half_exp_x)
+        if grad_half_exp_neg_x is not None:
+            terms.append(-grad_half_exp_neg_x * half_exp_neg_x)
+        return sum(terms[1:], terms[0]) if terms else None
+
+
 class SinhMaterialized(torch.autograd.Function):
-    """:class:`~double_backward.Sinh` without ``set_materialize_grads(False)``.
+    """:class:`SinhOutOfPlace` without ``set_materialize_grads(False)``.
 
     The same saved tensors (eˣ/2 and e⁻ˣ/2, returned as outputs), but backward always
-    receives tensors: zeros for the extra outputs nobody used.
+    receives tensors: zeros for the extra outputs nobody used, multiplied in anyway.
     """
 
     @staticmethod
@@ -129,6 +167,11 @@ class SinhNativeOps(torch.autograd.Function):
 def sinh_tutorial(x: torch.Tensor) -> torch.Tensor:
     """sinh x computed by :class:`SinhTutorial`, dropping the intermediate outputs."""
     return SinhTutorial.apply(x)[0]
+
+
+def sinh_out_of_place(x: torch.Tensor) -> torch.Tensor:
+    """sinh x computed by :class:`SinhOutOfPlace`, dropping the intermediate outputs."""
+    return SinhOutOfPlace.apply(x)[0]
 
 
 def sinh_materialized(x: torch.Tensor) -> torch.Tensor:

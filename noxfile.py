@@ -109,11 +109,12 @@ def site(session: nox.Session) -> None:
     """
     install(session, "site")
     session.run_install("npm", "ci", "--no-audit", "--no-fund", external=True)
-    # A venv with only the package and its runtime dependencies, for the downloaded scripts.
+    # A venv with only the package and its runtime dependencies, for the downloaded scripts
+    # (and the plots extra: the "What it costs" page draws with matplotlib).
     session.run_install("python", "-m", "venv", "--clear", str(RUNTIME_VENV))
     runtime_python = RUNTIME_VENV / "bin" / "python"
     session.run_install(
-        str(runtime_python), "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS, ".",
+        str(runtime_python), "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS, ".[plots]",
         external=True,
     )  # fmt: skip
     session.run(

@@ -6,10 +6,11 @@ Run by ``nox -s bench_functions`` (``-- --quick`` for a short trial run). For ea
 - ``forward_backward``: forward, then the gradient (one training step);
 - ``double_backward``: forward, a ``create_graph=True`` backward, and the backward of that;
 
-each timed (in this process's CPU time, on the CPU) as paired rounds: in every round the custom Function and its native op run back to
-back (which goes first alternates), and the figure is the median of the per-round ratios
-custom / native. Load from other users of a shared machine hits both members of a pair alike;
-the load average is recorded at the start and the end. Then, exactly: the bytes saved for
+each timed (in this process's CPU time, on the CPU) as paired rounds: in every round the
+custom Function and its native op run back to back (which goes first alternates), and the
+figure is the median of the per-round ratios custom / native. Load from other users of a
+shared machine hits both members of a pair alike; the load average is recorded at the start
+and the end. Then, exactly: the bytes saved for
 backward (:func:`double_backward.costs.saved_tensors`) and the peak memory of one double
 backward (:func:`double_backward.costs.peak_memory`, from torch.profiler's allocation events).
 
@@ -164,7 +165,10 @@ def measure_memory(device: torch.device, sizes) -> list[dict]:
             row = {"case": case.name, "size": size}
             for side, fn in (("custom", case.custom), ("native", case.native)):
                 row[f"{side}_peak_bytes"] = peak_memory(
-                    lambda fn=fn: double_backward(fn, x, grad_out, grad_grad_x), device
+                    lambda fn=fn, x=x, g=grad_out, gg=grad_grad_x: double_backward(
+                        fn, x, g, gg
+                    ),
+                    device,
                 )
             rows.append(row)
     return rows

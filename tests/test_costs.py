@@ -17,6 +17,7 @@ from double_backward.costs import (
     INPUT,
     NEW,
     OUTPUT,
+    aten_ops,
     double_backward,
     forward_backward,
     load_measurements,
@@ -84,6 +85,14 @@ def test_materialised_zeros_are_saved_anew_by_the_create_graph_backward():
 def test_bad_input_is_refused_saying_what_was_expected(fn, x, message):
     with pytest.raises((TypeError, ValueError), match=message):
         saved_tensors(fn, x)
+
+
+def test_aten_ops_lists_the_kernels_of_forward_and_backward_in_order():
+    x = torch.randn(3, requires_grad=True)
+    # exp saves its result; its backward multiplies the incoming gradient by it.
+    ops = aten_ops(lambda: torch.exp(x).sum().backward())
+    last_mul = len(ops) - 1 - ops[::-1].index("mul")
+    assert ops.index("exp") < ops.index("sum") < last_mul
 
 
 def test_peak_memory_is_the_most_held_at_once():

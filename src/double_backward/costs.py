@@ -3,6 +3,7 @@
 - :func:`saved_tensors` lists, exactly, the tensors autograd keeps for backward (counted with
   :class:`torch.autograd.graph.saved_tensors_hooks`), and says which are the input, which the
   output, and which are extra memory;
+- :func:`aten_ops` lists the ATen operators a step runs, the backward's included;
 - :func:`peak_memory` measures the most memory one step allocates above what was allocated
   before it;
 - :data:`CASES` pairs each Function of the package with its native counterpart; the benchmark
@@ -21,6 +22,7 @@ from importlib import resources
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .functions import (
     higher_orders,
@@ -55,11 +57,11 @@ class SavedTensor:
 class SavedReport:
     """What a function saves: for the first backward, and for the second one.
 
-    ``forward`` lists what ``fn(x)`` saves, with roles :data:`INPUT`, :data:`OUTPUT` (the
-    returned tensor, which the caller holds anyway) and :data:`EXTRA` (memory kept alive only
+    ``forward`` lists what ``fn(x)`` saves, with roles ``"input"``, ``"output"`` (the
+    returned tensor, which the caller holds anyway) and ``"extra"`` (memory kept alive only
     for backward). ``backward`` lists what the ``create_graph=True`` backward saves for the
-    second backward, with roles :data:`INPUT`, :data:`OUTPUT`, :data:`GRAD_OUTPUT`,
-    :data:`SAVED_BY_FORWARD` and :data:`NEW`.
+    second backward, with roles ``"input"``, ``"output"``, ``"grad_output"``,
+    ``"saved by forward"`` and ``"new"``.
     """
 
     forward: tuple[SavedTensor, ...]
@@ -76,7 +78,7 @@ class SavedReport:
 
     @property
     def new_in_backward(self) -> tuple[SavedTensor, ...]:
-        """Tensors the create_graph backward made and saved: memory the second graph adds."""
+        """The tensors the create_graph backward made and saved, which the second graph adds."""
         return tuple(saved for saved in self.backward if saved.role == NEW)
 
     @property
@@ -157,11 +159,32 @@ def saved_tensors(
     )
 
 
+class _OperatorLog(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def aten_ops(step: Callable[[], Any]) -> list[str]:
+    """The names of the ATen operators ``step()`` runs, in order (``mul``, ``exp_``, ...).
+
+    Logged by a ``TorchDispatchMode`` (``torch.utils._python_dispatch``), which sees every
+    kernel call, those autograd makes while running a backward on the CPU included.
+    """
+    with _OperatorLog() as log:
+        step()
+    return log.names
+
+
 def peak_memory(step: Callable[[], Any], device: str | torch.device = "cpu") -> int:
     """Bytes allocated at the peak of ``step()``, above what was allocated when it began.
 
     On CUDA, from the caching allocator's own peak counter. On the CPU, from the allocations
-    and frees :mod:`torch.profiler` records (``profile_memory=True``), replayed in time order:
+    and frees ``torch.profiler`` records (``profile_memory=True``), replayed in time order:
     the high-water mark of their running sum. Only torch's allocator is seen (NumPy's arrays are
     not), and what ``step`` returns is dropped before the profile ends, so it counts as freed.
     """

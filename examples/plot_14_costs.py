@@ -190,8 +190,8 @@ def backward_ops(fn, x):
 
 
 def show_ops(label, ops):
-    print(textwrap.fill(" ".join(ops), 72, initial_indent=f"{label:<24}",
-                        subsequent_indent=" " * 24))  # fmt: skip
+    print(textwrap.fill(" ".join(ops), 76, initial_indent=f"{label:<26}",
+                        subsequent_indent=" " * 26))  # fmt: skip
 
 
 for name, fn in (("Square", Square.apply), ("x**2", lambda t: t**2)):
@@ -229,22 +229,36 @@ for name, fn in (("tutorial", sinh_tutorial), ("Sinh", sinh)):
     show_ops(f"{name}, second backward", second)
 
 # %%
+# The measured price: :class:`~double_backward.functions.sinh_variants.SinhMaterialized` is
+# :class:`~double_backward.functions.sinh_variants.SinhOutOfPlace` with the zeros
+# materialised, and nothing else changed. Double backward time, custom / native, at each size:
+size_labels = "".join(f"{size:>8.0e}" for size in settings["sizes"])
+print(f"{'':<28}{size_labels}")
+for name in (
+    "Sinh, before: out of place",
+    "Sinh, zeros materialised",
+    "Sinh, tutorial form",
+):
+    print(f"{name:<28}" + "".join(f"{ratio:>8.2f}" for ratio in series(name)[1]))
+
+# %%
 # ... and can turn an overflow into ``nan``
 # -----------------------------------------
 # In float32, :math:`e^{100}` overflows to ``inf``. The zeros the tutorial's backward multiplies
 # in then give :math:`0 \cdot \infty = \mathrm{nan}`, where :func:`torch.cosh` says ``inf``.
 # (It is also ``inf`` from 88.7 on, where :math:`\sinh x` is still finite, because it saves
-# :math:`e^{x}` rather than :math:`e^{x}/2`.) At :math:`x = 1, 89, 100`:
+# :math:`e^{x}` rather than :math:`e^{x}/2`.)
 from double_backward.functions.sinh_variants import sinh_materialized
 
 x = torch.tensor([1.0, 89.0, 100.0], requires_grad=True)
+print(f"{'':<19}{'y at x = 1, 89, 100':^27} | {'dy/dx at x = 1, 89, 100':^27}")
 for name, fn in (("tutorial form", sinh_tutorial), ("zeros materialised", sinh_materialized),
                  ("package Sinh", sinh), ("torch.sinh", torch.sinh)):  # fmt: skip
     y = fn(x)
     (grad_x,) = torch.autograd.grad(y.sum(), x)
-    values = "  ".join(f"{v:9.3g}" for v in y.tolist())
-    grads = "  ".join(f"{g:9.3g}" for g in grad_x.tolist())
-    print(f"{name:<19} y {values}   dy/dx {grads}")
+    values = "".join(f"{v:9.3g}" for v in y.tolist())
+    grads = "".join(f"{g:9.3g}" for g in grad_x.tolist())
+    print(f"{name:<19}{values} | {grads}")
 
 # %%
 # The package's ``Sinh``: before and after
@@ -287,10 +301,10 @@ for size in settings["sizes"][-3:]:
 # runs. When memory decides how large a batch or model fits, recompute (the trade
 # ``torch.utils.checkpoint.checkpoint`` makes for whole blocks); when time does, save.
 # Wrapping the native kernels themselves in a Function
-# (:class:`~double_backward.functions.sinh_variants.SinhNativeOps`) costs little over
-# :func:`torch.sinh` at large sizes: the overhead is ``apply``, not autograd. Below, the extra
-# bytes saved, the peak memory of one double backward (see the next section) and its time, at
-# 1e6 elements.
+# (:class:`~double_backward.functions.sinh_variants.SinhNativeOps`) costs a fixed overhead per
+# call (``apply``), which large sizes dilute. Below, the extra bytes saved, the peak memory of
+# one double backward (see the next section) and the time at 1e6 elements, then the time at
+# each size.
 peaks = {
     row["case"]: row
     for row in measurements["devices"]["cpu"]["peak_memory"]
@@ -303,6 +317,9 @@ for name in ("Sinh", "Sinh, recompute in backward", "Sinh, native ops inside"):
     ratio = time_at_target[name]
     print(f"{name:<28} extra {extra_bytes:.0f} B/elt, peak {peak:.0f} B/elt "
           f"(torch.sinh {native_peak:.0f}), time {ratio:.2f}x")  # fmt: skip
+print(f"\n{'':<28}{size_labels}")
+for name in ("Sinh", "Sinh, recompute in backward", "Sinh, native ops inside"):
+    print(f"{name:<28}" + "".join(f"{ratio:>8.2f}" for ratio in series(name)[1]))
 
 # %%
 # Peak memory of one double backward

@@ -114,6 +114,9 @@ def series(name: str, kind: str = "double_backward"):
     return [[r[key] for r in rows] for key in ("size", "ratio", "ratio_q1", "ratio_q3")]
 
 
+size_labels = "".join(f"{size:>8.0e}" for size in settings["sizes"])
+
+
 panels = {
     "The package's Functions": ["Square", "Exp", "Sinh", "Cube (NumPy backward)", "Sin",
                                 "Cos"],
@@ -190,8 +193,8 @@ def backward_ops(fn, x):
 
 
 def show_ops(label, ops):
-    print(textwrap.fill(" ".join(ops), 76, initial_indent=f"{label:<26}",
-                        subsequent_indent=" " * 26))  # fmt: skip
+    print(textwrap.fill(" ".join(ops), 80, initial_indent=f"{label:<32}",
+                        subsequent_indent=" " * 32))  # fmt: skip
 
 
 for name, fn in (("Square", Square.apply), ("x**2", lambda t: t**2)):
@@ -204,6 +207,26 @@ for name, fn in (("Square", Square.apply), ("x**2", lambda t: t**2)):
 # a fraction of ``x**2``'s double backward time, as the plot showed.
 for name in ("Square", "Square (setup_context)"):
     print(f"{name:<24} double backward at 1e6: {time_at_target[name]:.2f}x x**2")
+
+# %%
+# ``Cube``: no gradient for an input that needs none
+# --------------------------------------------------
+# ``Cube``'s backward is :class:`~double_backward.CubeBackward`, which has two inputs,
+# ``grad_out`` and ``x``. In a plain double backward ``grad_out`` does not require grad, so
+# ``CubeBackward.backward`` checks ``ctx.needs_input_grad`` and skips the term
+# :math:`3x^2\,\bar{g}` (a ``pow`` and two ``mul``) that autograd would throw away. The
+# ``setup_context`` version still computes both; their times, custom / ``x**3``, follow.
+from double_backward import Cube
+from double_backward.functions.setup_context_style import Cube as CubeSetupContext
+
+for name, fn in (
+    ("Cube", Cube.apply),
+    ("Cube (setup_context)", CubeSetupContext.apply),
+):
+    show_ops(f"{name}, second backward", backward_ops(fn, torch.randn(4))[1])
+print(f"\n{'':<28}{size_labels}")
+for name in ("Cube (NumPy backward)", "Cube (setup_context)"):
+    print(f"{name:<28}" + "".join(f"{ratio:>8.2f}" for ratio in series(name)[1]))
 
 # %%
 # Why materialised zeros cost ``Sinh`` time
@@ -232,7 +255,6 @@ for name, fn in (("tutorial", sinh_tutorial), ("Sinh", sinh)):
 # The measured price: :class:`~double_backward.functions.sinh_variants.SinhMaterialized` is
 # :class:`~double_backward.functions.sinh_variants.SinhOutOfPlace` with the zeros
 # materialised, and nothing else changed. Double backward time, custom / native, at each size:
-size_labels = "".join(f"{size:>8.0e}" for size in settings["sizes"])
 print(f"{'':<28}{size_labels}")
 for name in (
     "Sinh, before: out of place",

@@ -73,7 +73,9 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def seconds_per_call(step: Callable[[], object], calls: int, device: torch.device) -> float:
+def seconds_per_call(
+    step: Callable[[], object], calls: int, device: torch.device
+) -> float:
     """Seconds per call of ``step``: this process's CPU time on the CPU, wall time on a GPU.
 
     On one thread, CPU time does not count the time other users' processes hold the core,
@@ -107,9 +109,7 @@ def measure_times(
     """Median custom/native ratio over paired, interleaved rounds, for each case, size, kind."""
     generator = torch.Generator().manual_seed(0)
     inputs = {
-        size: tuple(
-            torch.randn(size, generator=generator).to(device) for _ in range(3)
-        )
+        size: tuple(torch.randn(size, generator=generator).to(device) for _ in range(3))
         for size in sizes
     }
     plan = []
@@ -161,7 +161,9 @@ def measure_memory(device: torch.device, sizes) -> list[dict]:
     rows = []
     for case in CASES:
         for size in sizes:
-            x, grad_out, grad_grad_x = (torch.randn(size, device=device) for _ in range(3))
+            x, grad_out, grad_grad_x = (
+                torch.randn(size, device=device) for _ in range(3)
+            )
             row = {"case": case.name, "size": size}
             for side, fn in (("custom", case.custom), ("native", case.native)):
                 row[f"{side}_peak_bytes"] = peak_memory(
@@ -253,18 +255,39 @@ def print_targets(rows: list[dict]) -> None:
     for row in rows:
         time_mark = "met" if row["time_met"] else "MISSED"
         saved_mark = "met" if row["extra_saved_met"] else "MISSED"
-        print(f"  {row['case']:<24} time {row['time_ratio']:.2f} (target <= "
-              f"{row['time_target']:.2f}) {time_mark:<7} extra saved "
-              f"{row['extra_saved']} (target {row['extra_saved_target']}) {saved_mark}")
+        print(
+            f"  {row['case']:<24} time {row['time_ratio']:.2f} (target <= "
+            f"{row['time_target']:.2f}) {time_mark:<7} extra saved "
+            f"{row['extra_saved']} (target {row['extra_saved_target']}) {saved_mark}"
+        )
+
+
+# glibc serves allocations at or above its mmap threshold with fresh, zero-filled pages, and
+# raises the threshold as large blocks are freed: whether a 4 MB tensor costs page faults then
+# depends on what the process freed before, and 1e6-element timings flip from run to run.
+# Fixing the threshold (at glibc's initial 128 KiB) turns the adjustment off, so every run
+# allocates the way a fresh process does.
+MMAP_THRESHOLD = "MALLOC_MMAP_THRESHOLD_"
+MMAP_THRESHOLD_BYTES = "131072"
+
+
+def fix_malloc_threshold() -> None:
+    """Re-run this script with glibc's mmap threshold fixed, unless it is set already."""
+    if MMAP_THRESHOLD not in os.environ and platform.system() == "Linux":
+        env = {**os.environ, MMAP_THRESHOLD: MMAP_THRESHOLD_BYTES}
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
 
 
 def main() -> None:
+    fix_malloc_threshold()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="3 rounds, sizes up to 1e6, short timings; writes nothing "
                         "unless --output is given")  # fmt: skip
     parser.add_argument("--rounds", type=int, help="paired rounds (default 11)")
-    parser.add_argument("--output", type=Path, help=f"JSON path (default {DEFAULT_OUTPUT})")
+    parser.add_argument(
+        "--output", type=Path, help=f"JSON path (default {DEFAULT_OUTPUT})"
+    )
     parser.add_argument("--only", metavar="NAME",
                         help="time only the cases whose name contains NAME; writes nothing "
                         "unless --output is given")  # fmt: skip
@@ -273,12 +296,16 @@ def main() -> None:
     if rounds < 1:
         parser.error("--rounds must be at least 1")
     sizes = SIZES[:-1] if args.quick else SIZES
-    budget = 0.002 if args.quick else 0.02  # seconds of calls per timing, at least one call
+    budget = (
+        0.002 if args.quick else 0.02
+    )  # seconds of calls per timing, at least one call
     output = args.output or (None if args.quick or args.only else DEFAULT_OUTPUT)
     if args.only:
         cases = [case for case in CASES if args.only.lower() in case.name.lower()]
         if not cases:
-            parser.error(f"--only {args.only!r} matches no case of {[c.name for c in CASES]}")
+            parser.error(
+                f"--only {args.only!r} matches no case of {[c.name for c in CASES]}"
+            )
         CASES[:] = cases
 
     torch.set_num_threads(1)
@@ -287,6 +314,7 @@ def main() -> None:
     started = datetime.datetime.now(datetime.timezone.utc)
     print(f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, "
           f"NumPy {np.__version__}; load average at start {load_start}")  # fmt: skip
+    print(f"{MMAP_THRESHOLD}={os.environ.get(MMAP_THRESHOLD, 'not set')}")
 
     devices = [torch.device("cpu")]
     if torch.cuda.is_available():
@@ -320,7 +348,9 @@ def main() -> None:
     print(f"\nload average at end {load_end} ({os.cpu_count()} cores)")
 
     if output is None:
-        print("results not written (--quick or --only; give --output PATH to keep them)")
+        print(
+            "results not written (--quick or --only; give --output PATH to keep them)"
+        )
         return
     results = {
         "date": started.strftime("%Y-%m-%d %H:%M UTC"),
@@ -342,6 +372,7 @@ def main() -> None:
             "sizes": list(sizes),
             "seconds_per_timing": budget,
             "clock": "process CPU time (time.process_time) on the CPU, wall time on a GPU",
+            "malloc_mmap_threshold": os.environ.get(MMAP_THRESHOLD, "not set"),
             "target_size": TARGET_SIZE,
         },
         "cases": [

@@ -22,7 +22,8 @@ and can turn an overflow into ``nan``, and when recomputing is the better trade.
 # ``create_graph=True`` backward, and the backward of that: what a gradient penalty or a
 # Hessian-vector product runs) and one forward + backward. The custom Function and its native
 # op run back to back in each round, in this process's CPU time, and the figure is the median of
-# the per-round ratios. Regenerate with ``nox -s bench_functions`` (it rewrites
+# the per-round ratios. glibc's mmap threshold is fixed, so that large allocations cost the same
+# fresh pages in every run. Regenerate with ``nox -s bench_functions`` (it rewrites
 # ``src/double_backward/measurements/functions.json``), then rebuild the docs.
 from double_backward.costs import load_measurements
 
@@ -38,6 +39,7 @@ sizes = ", ".join(f"{size:.0e}" for size in settings["sizes"])
 print(f"settings:  {settings['dtype']}, {settings['threads']} thread, "
       f"median of {settings['rounds']} paired rounds")  # fmt: skip
 print(f"sizes:     {sizes} elements")
+print(f"malloc:    MALLOC_MMAP_THRESHOLD_={settings['malloc_mmap_threshold']}")
 print(f"GPU:       {machine['cuda']}")
 
 # %%
@@ -221,7 +223,7 @@ from double_backward.functions.setup_context_style import Cube as CubeSetupConte
 
 for name, fn in (
     ("Cube", Cube.apply),
-    ("Cube (setup_context)", CubeSetupContext.apply),
+    ("setup_context Cube", CubeSetupContext.apply),
 ):
     show_ops(f"{name}, second backward", backward_ops(fn, torch.randn(4))[1])
 print(f"\n{'':<28}{size_labels}")

@@ -113,6 +113,13 @@ def bench_checker(session: nox.Session) -> None:
     session.run("python", "benchmarks/checker_scaling.py", *session.posargs)
 
 
+@nox.session(reuse_venv=True)
+def bench_functions(session: nox.Session) -> None:
+    """Time each Function against its native op, count saved bytes; `-- --quick` to try."""
+    install(session)
+    session.run("python", "benchmarks/functions.py", *session.posargs)
+
+
 RUNTIME_VENV = ROOT / ".nox" / "site-runtime"
 
 
@@ -126,11 +133,12 @@ def site(session: nox.Session) -> None:
     """
     install(session, "site")
     session.run_install("npm", "ci", "--no-audit", "--no-fund", external=True)
-    # A venv with only the package and its runtime dependencies, for the downloaded scripts.
+    # A venv with only the package and its runtime dependencies, for the downloaded scripts
+    # (and the plots extra: the "What it costs" page draws with matplotlib).
     session.run_install("python", "-m", "venv", "--clear", str(RUNTIME_VENV))
     runtime_python = RUNTIME_VENV / "bin" / "python"
     session.run_install(
-        str(runtime_python), "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS, ".",
+        str(runtime_python), "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS, ".[plots]",
         external=True,
     )  # fmt: skip
     session.run(

@@ -91,8 +91,12 @@ sphinx_gallery_conf = {
     "gallery_dirs": ["auto_examples"],
     "filename_pattern": r"/plot_",  # execute every plot_*.py script
     "within_subsection_order": "FileNameSortKey",  # plot_01_..., plot_02_...: reading order
-    "image_scrapers": ("graphviz_scraper.graphviz_scraper",),  # docs/_ext/graphviz_scraper.py
-    "reset_modules": (),  # the default resets matplotlib, which the examples do not use
+    "image_scrapers": (
+        "graphviz_scraper.graphviz_scraper",  # docs/_ext/graphviz_scraper.py
+        "matplotlib_svg_scraper.matplotlib_svg_scraper",  # SVG, same bytes every build
+    ),
+    # matplotlib's rcParams back to defaults before each example, so no page restyles the next.
+    "reset_modules": ("matplotlib",),
     # A graph on a cell's last line would otherwise print as "<graphviz...Digraph object at 0x...>".
     "capture_repr": (),
     "abort_on_example_error": True,  # an example that raises fails the build

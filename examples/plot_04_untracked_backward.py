@@ -39,7 +39,8 @@ print(f"grad_fn: {untracked.grad_fn}")
 # ``Cube.backward`` calls ``CubeBackward.apply`` instead of NumPy directly. Autograd cannot look
 # inside ``CubeBackward.forward``, but it records the call, and ``CubeBackward.backward`` gives the
 # derivatives of :math:`g = 3x^2\,\bar{y}` with respect to both of its inputs, :math:`\bar{y}` and
-# :math:`x`, with differentiable torch operations.
+# :math:`x`, with differentiable torch operations (each only when that input requires grad; what
+# that saves is measured in :doc:`plot_14_costs`).
 #
 # .. literalinclude:: /../src/double_backward/functions/untracked_backward.py
 #    :pyobject: Cube

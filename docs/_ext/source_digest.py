@@ -16,10 +16,15 @@ PACKAGE_DIR = Path(find_spec("double_backward").origin).parent
 
 
 def digest(*extra_files: Path, salt: str = "") -> str:
-    """SHA-256 of the package's Python and C++ source, ``extra_files`` and ``salt``."""
+    """SHA-256 of the package's Python and C++ source and data, ``extra_files`` and ``salt``.
+
+    The data: the committed measurements the "What it costs" page plots.
+    """
     hasher = hashlib.sha256(salt.encode())
-    sources = [*PACKAGE_DIR.rglob("*.py"), *PACKAGE_DIR.rglob("*.cpp")]
-    for path in [*sorted(sources), *extra_files]:
+    package_files = [
+        *PACKAGE_DIR.rglob("*.py"), *PACKAGE_DIR.rglob("*.cpp"), *PACKAGE_DIR.rglob("*.json")
+    ]
+    for path in [*sorted(package_files), *extra_files]:
         hasher.update(path.name.encode() + b"\0" + path.read_bytes())
     return hasher.hexdigest()
 

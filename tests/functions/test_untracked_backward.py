@@ -59,3 +59,23 @@ def test_cube_backward_accepts_a_negated_view():
         cube_backward_numpy(torch.ones(2, dtype=torch.float64), x),
         torch.tensor([3.0, 12.0], dtype=torch.float64),
     )
+
+
+def test_cube_backward_skips_the_gradient_of_an_input_that_does_not_require_grad():
+    # 3x² · ḡ (for grad_out) needs a pow; 6x · grad_out · ḡ (for x) only muls. With grad_out
+    # not requiring grad, the backward of CubeBackward runs no pow; with it, one.
+    from double_backward.costs import aten_ops
+
+    x = torch.tensor([1.5, -2.0], dtype=torch.float64, requires_grad=True)
+    ops = {}
+    for needs in (False, True):
+        grad_out = torch.tensor([0.5, 2.0], dtype=torch.float64, requires_grad=needs)
+        g = CubeBackward.apply(grad_out, x)
+        inputs = (grad_out, x) if needs else (x,)
+        ops[needs] = aten_ops(
+            lambda g=g, inputs=inputs: torch.autograd.grad(g.sum(), inputs)
+        )
+        grads = torch.autograd.grad(CubeBackward.apply(grad_out, x).sum(), inputs)
+        torch.testing.assert_close(grads[-1], 6 * x.detach() * grad_out.detach())
+    assert "pow" not in ops[False]
+    assert ops[True].count("pow") == 1

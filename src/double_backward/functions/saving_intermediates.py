@@ -38,8 +38,10 @@ class Sinh(torch.autograd.Function):
         ctx: Any, x: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         check_real_tensor("Sinh", "x", x)
-        half_exp_x = torch.exp(x - _LN_2)
-        half_exp_neg_x = torch.exp(-x - _LN_2)
+        # Forward is not recorded, so exp_ may overwrite the fresh x - ln 2 in place: one
+        # allocation per exponential instead of two ("What it costs" measures the gain).
+        half_exp_x = (x - _LN_2).exp_()
+        half_exp_neg_x = (-_LN_2 - x).exp_()
         # The intermediates are returned as outputs, so the saved tensors are tracked.
         ctx.save_for_backward(half_exp_x, half_exp_neg_x)
         # Unused outputs then get None, not zeros: 0 * inf would turn an overflow into nan.
@@ -54,15 +56,25 @@ class Sinh(torch.autograd.Function):
         grad_half_exp_neg_x: torch.Tensor | None,
     ) -> torch.Tensor | None:
         half_exp_x, half_exp_neg_x = ctx.saved_tensors
-        terms = []
+        grad_x = None
         if grad_sinh is not None:
-            terms.append(grad_sinh * (half_exp_x + half_exp_neg_x))
+            grad_x = grad_sinh * (half_exp_x + half_exp_neg_x)
         # None on the first backward, but the second backward sends gradients through here.
+        # addcmul(a, b, c) is a + b·c in one differentiable op, without a temporary b·c.
         if grad_half_exp_x is not None:
-            terms.append(grad_half_exp_x * half_exp_x)
+            grad_x = _add_product(grad_x, grad_half_exp_x, half_exp_x, 1)
         if grad_half_exp_neg_x is not None:
-            terms.append(-grad_half_exp_neg_x * half_exp_neg_x)
-        return sum(terms[1:], terms[0]) if terms else None
+            grad_x = _add_product(grad_x, grad_half_exp_neg_x, half_exp_neg_x, -1)
+        return grad_x
+
+
+def _add_product(
+    total: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor, sign: int
+) -> torch.Tensor:
+    """total + sign · a · b, or sign · a · b when there is no total yet."""
+    if total is None:
+        return a * b if sign > 0 else -(a * b)
+    return torch.addcmul(total, a, b, value=sign)
 
 
 def sinh(x: torch.Tensor) -> torch.Tensor:

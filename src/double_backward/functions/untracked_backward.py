@@ -66,7 +66,9 @@ class CubeBackward(torch.autograd.Function):
 
     Saves both inputs. Backward returns ∂g/∂grad_out · ḡ = 3x² · ḡ and
     ∂g/∂x · ḡ = 6x · grad_out · ḡ, torch ops on saved inputs: so third and
-    higher derivatives of Cube work too.
+    higher derivatives of Cube work too. Each is computed only for an input that requires
+    grad (``ctx.needs_input_grad``): in a plain double backward grad_out does not, and
+    skipping its term saves three of backward's six kernels.
     """
 
     @staticmethod
@@ -79,6 +81,10 @@ class CubeBackward(torch.autograd.Function):
     @staticmethod
     def backward(
         ctx: Any, grad_grad_x: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         grad_out, x = ctx.saved_tensors
-        return grad_grad_x * 3 * x**2, grad_grad_x * grad_out * 6 * x
+        needs_grad_out, needs_x = ctx.needs_input_grad
+        # None for an input that does not require grad: autograd would discard it anyway.
+        grad_grad_out = grad_grad_x * 3 * x**2 if needs_grad_out else None
+        grad2_x = grad_grad_x * grad_out * 6 * x if needs_x else None
+        return grad_grad_out, grad2_x

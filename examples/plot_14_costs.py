@@ -1,0 +1,369 @@
+r"""
+What it costs
+=============
+
+Saving an input, saving an output, returning intermediates as extra outputs, recomputing in
+backward: each way of writing a double-differentiable Function has a price in time and memory.
+This page measures every Function of the package against the native op it reimplements: the
+time of a double backward, custom / native, and the bytes each one keeps for backward.
+
+The bytes are counted live while the page is built (they are exact and the same on every
+machine). The times come from a benchmark run committed with the package, since timing on a
+shared build machine would be noise; the page names that machine and says how to measure yours.
+You will see why ``Square`` beats ``x**2``, why materialised zero gradients cost ``Sinh`` time
+and can turn an overflow into ``nan``, and when recomputing is the better trade.
+(The plots need matplotlib: ``pip install "double-backward[plots]"``.)
+"""
+
+# %%
+# The measurements and their machine
+# ----------------------------------
+# ``benchmarks/functions.py`` times, for each case, one *double backward* (forward, a
+# ``create_graph=True`` backward, and the backward of that: what a gradient penalty or a
+# Hessian-vector product runs) and one forward + backward. The custom Function and its native
+# op run back to back in each round, in this process's CPU time, and the figure is the median of
+# the per-round ratios. glibc's mmap threshold is fixed, so that large allocations cost the same
+# fresh pages in every run. Regenerate with ``nox -s bench_functions`` (it rewrites
+# ``src/double_backward/measurements/functions.json``), then rebuild the docs.
+from double_backward.costs import load_measurements
+
+measurements = load_measurements()
+machine, settings = measurements["machine"], measurements["settings"]
+print(f"measured:  {measurements['date']}")
+print(f"machine:   {machine['cpu']}, {machine['cores']} cores, shared with other users")
+print(f"software:  Python {machine['python']}, torch {machine['torch']}, "
+      f"NumPy {machine['numpy']}")  # fmt: skip
+print(f"load avg:  {machine['load_average_start']} at start, "
+      f"{machine['load_average_end']} at end (1, 5, 15 min)")  # fmt: skip
+sizes = ", ".join(f"{size:.0e}" for size in settings["sizes"])
+print(f"settings:  {settings['dtype']}, {settings['threads']} thread, "
+      f"median of {settings['rounds']} paired rounds")  # fmt: skip
+print(f"sizes:     {sizes} elements")
+print(f"malloc:    MALLOC_MMAP_THRESHOLD_={settings['malloc_mmap_threshold']}")
+print(f"GPU:       {machine['cuda']}")
+
+# %%
+# What each Function keeps for backward
+# -------------------------------------
+# :func:`~double_backward.costs.saved_tensors` records every tensor packed for backward with
+# :class:`torch.autograd.graph.saved_tensors_hooks`, one entry per storage. An *input* or the
+# *output* costs nothing extra (the caller holds them anyway); an *extra* tensor lives only for
+# backward. The last column is what the ``create_graph=True`` backward saves anew for the
+# second backward. Bytes per element of a float32 input.
+import torch
+
+from double_backward.costs import CASES, saved_tensors
+
+n = 100_000
+x = torch.randn(n)
+saved = {case.name: saved_tensors(case.custom, x) for case in CASES}
+print(f"{'Function':<28} {'saved by forward':<22} {'extra B/elt':>11} {'new B/elt':>9}")
+for name, report in saved.items():
+    roles = ", ".join(s.role for s in report.forward)
+    print(f"{name:<28} {roles:<22} {report.extra_bytes / n:>11.0f} "
+          f"{report.new_in_backward_bytes / n:>9.0f}")  # fmt: skip
+
+# %%
+# The native ops, for comparison: ``x**2`` and ``x**3`` save their input, :func:`torch.exp`
+# its output, :func:`torch.sinh` its input. None saves an extra tensor.
+natives = {case.native_name: case.native for case in CASES}
+for name, native in natives.items():
+    report = saved_tensors(native, x)
+    roles = ", ".join(s.role for s in report.forward)
+    print(f"{name:<28} {roles:<22} {report.extra_bytes / n:>11.0f} "
+          f"{report.new_in_backward_bytes / n:>9.0f}")  # fmt: skip
+
+# %%
+# Saved bytes, drawn
+# ------------------
+# The same numbers as bars. ``Sinh`` keeps its two halved exponentials (8 bytes per element
+# beyond the input); the tutorial's form and the materialised variant also make the first
+# backward save two tensors of zeros for the second.
+import matplotlib.pyplot as plt
+import numpy as np
+
+names = list(saved)
+extra = np.array([saved[name].extra_bytes / n for name in names])
+new = np.array([saved[name].new_in_backward_bytes / n for name in names])
+fig, ax = plt.subplots(figsize=(7.5, 4.8), layout="constrained")
+ax.barh(names, extra, color="#c0392b", label="extra, saved by forward")
+ax.barh(
+    names, new, left=extra, color="#e59866", label="new, saved by the first backward"
+)
+ax.invert_yaxis()
+ax.set_xlabel("bytes per element (float32)")
+ax.legend(loc="lower right")
+ax.set_title("Kept for backward beyond input and output")
+plt.show()
+
+# %%
+# Time against size
+# -----------------
+# Double backward, custom / native, at each size: below the dotted line the custom Function is
+# the faster. The band spans the middle half of the rounds. At small sizes every call is mostly
+# Python and dispatch, where a custom Function pays for ``apply``; from about 1e5 elements the
+# kernels and their memory traffic decide. (The ``setup_context`` versions are in the tables.)
+
+from matplotlib.ticker import NullFormatter
+
+# sphinx_gallery_thumbnail_number = 2
+times = measurements["devices"]["cpu"]["times"]
+
+
+def series(name: str, kind: str = "double_backward"):
+    rows = sorted((r for r in times if r["case"] == name and r["kind"] == kind),
+                  key=lambda r: r["size"])  # fmt: skip
+    return [[r[key] for r in rows] for key in ("size", "ratio", "ratio_q1", "ratio_q3")]
+
+
+size_labels = "".join(f"{size:>8.0e}" for size in settings["sizes"])
+
+
+panels = {
+    "The package's Functions": ["Square", "Exp", "Sinh", "Cube (NumPy backward)", "Sin",
+                                "Cos"],
+    "Ways to write sinh": ["Sinh", "Sinh, before: out of place", "Sinh, tutorial form",
+                           "Sinh, zeros materialised", "Sinh, recompute in backward",
+                           "Sinh, native ops inside"],
+}  # fmt: skip
+fig, axes = plt.subplots(1, 2, figsize=(10, 6), sharey=True, layout="constrained")
+for ax, (title, cases) in zip(axes, panels.items(), strict=True):
+    for index, name in enumerate(cases):
+        sizes, ratio, low, high = series(name)
+        style = "--" if "before" in name else "-"
+        line = ax.plot(sizes, ratio, style, marker="o", markersize=3, label=name,
+                       color=plt.cm.tab10(index))[0]  # fmt: skip
+        ax.fill_between(sizes, low, high, color=line.get_color(), alpha=0.12)
+    ax.axhline(1.0, color="black", linestyle=":", linewidth=1)
+    ax.set(xscale="log", yscale="log", xlabel="elements (float32)", title=title)
+    ax.set_yticks([0.25, 0.5, 1, 2, 4], labels=["0.25", "0.5", "1", "2", "4"])
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.legend(
+        fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=2
+    )
+axes[0].set_ylabel("double backward time, custom / native")
+fig.suptitle("Double backward time, custom Function / native op, float32, 1 thread")
+plt.show()
+
+# %%
+# The targets
+# -----------
+# The project's targets, at 1e6 elements: double backward at most 1.0× native for ``Square``,
+# 1.15× for ``Exp``, 1.25× for ``Cube`` with its NumPy backward and 1.5× for ``Sinh``; extra
+# saved tensors 0, 0, 0 and 2. Times from the committed run, saved tensors counted now.
+time_at_target = {
+    r["case"]: r["ratio"]
+    for r in times
+    if r["size"] == settings["target_size"] and r["kind"] == "double_backward"
+}
+for case in CASES:
+    if case.time_target is None:
+        continue
+    ratio, extra_count = time_at_target[case.name], len(saved[case.name].extra)
+    time_mark = "met" if ratio <= case.time_target else "MISSED"
+    saved_mark = "met" if extra_count == case.extra_saved_target else "MISSED"
+    print(
+        f"{case.name:<22} time {ratio:.2f}x (<= {case.time_target:.2f}: {time_mark}), "
+        f"extra tensors {extra_count} (= {case.extra_saved_target}: {saved_mark})"
+    )
+
+# %%
+# Why ``Square`` beats ``x**2``
+# -----------------------------
+# :func:`~double_backward.costs.aten_ops` lists the kernels a step runs. ``x**2`` is
+# :func:`torch.pow`, whose derivative formula is written for any exponent,
+# ``grad · 2 · x.pow(1)``: its double backward differentiates a ``pow`` again. ``Square``'s
+# backward is ``grad_out * 2 * x``, two multiplications whose own derivative is one more.
+import textwrap
+
+from double_backward import Square
+from double_backward.costs import aten_ops
+
+
+def backward_ops(fn, x):
+    """The kernels of the create_graph backward, then of the backward of that."""
+    x = x.detach().requires_grad_()
+    y = fn(x)
+    grads = []
+    first = aten_ops(
+        lambda: grads.append(
+            torch.autograd.grad(y, x, torch.ones_like(y), create_graph=True)[0]
+        )
+    )
+    second = aten_ops(lambda: torch.autograd.grad(grads[0], x, torch.ones_like(x)))
+    return first, second  # fmt: skip
+
+
+def show_ops(label, ops):
+    print(textwrap.fill(" ".join(ops), 80, initial_indent=f"{label:<32}",
+                        subsequent_indent=" " * 32))  # fmt: skip
+
+
+for name, fn in (("Square", Square.apply), ("x**2", lambda t: t**2)):
+    first, second = backward_ops(fn, torch.randn(4))
+    show_ops(f"{name}, first backward", first)
+    show_ops(f"{name}, second backward", second)
+
+# %%
+# Fewer kernels means less memory traffic: at 1e6 elements ``Square`` takes
+# a fraction of ``x**2``'s double backward time, as the plot showed.
+for name in ("Square", "Square (setup_context)"):
+    print(f"{name:<24} double backward at 1e6: {time_at_target[name]:.2f}x x**2")
+
+# %%
+# ``Cube``: no gradient for an input that needs none
+# --------------------------------------------------
+# ``Cube``'s backward is :class:`~double_backward.CubeBackward`, which has two inputs,
+# ``grad_out`` and ``x``. In a plain double backward ``grad_out`` does not require grad, so
+# ``CubeBackward.backward`` checks ``ctx.needs_input_grad`` and skips the term
+# :math:`3x^2\,\bar{g}` (a ``pow`` and two ``mul``) that autograd would throw away. The
+# ``setup_context`` version still computes both; their times, custom / ``x**3``, follow.
+from double_backward import Cube
+from double_backward.functions.setup_context_style import Cube as CubeSetupContext
+
+for name, fn in (
+    ("Cube", Cube.apply),
+    ("setup_context Cube", CubeSetupContext.apply),
+):
+    show_ops(f"{name}, second backward", backward_ops(fn, torch.randn(4))[1])
+print(f"\n{'':<28}{size_labels}")
+for name in ("Cube (NumPy backward)", "Cube (setup_context)"):
+    print(f"{name:<28}" + "".join(f"{ratio:>8.2f}" for ratio in series(name)[1]))
+
+# %%
+# Why materialised zeros cost ``Sinh`` time
+# -----------------------------------------
+# :class:`~double_backward.functions.sinh_variants.SinhTutorial` is the tutorial's form: it
+# returns :math:`e^{x}` and :math:`e^{-x}` as extra outputs but leaves
+# ``set_materialize_grads`` at its default, so autograd hands backward a tensor of zeros for
+# each extra output nobody used, and backward multiplies them in.
+#
+# .. literalinclude:: /../src/double_backward/functions/sinh_variants.py
+#    :pyobject: SinhTutorial
+#
+# Its first backward allocates two ``zeros`` and runs two products of nothing; the package's
+# :class:`~double_backward.Sinh` (``set_materialize_grads(False)``) gets ``None`` and skips
+# them. The second backward sends gradients back through the extra outputs, and the tutorial's
+# form runs its whole backward again, zeros included.
+from double_backward import sinh
+from double_backward.functions.sinh_variants import sinh_tutorial
+
+for name, fn in (("tutorial", sinh_tutorial), ("Sinh", sinh)):
+    first, second = backward_ops(fn, torch.randn(4))
+    show_ops(f"{name}, first backward", first)
+    show_ops(f"{name}, second backward", second)
+
+# %%
+# The measured price: :class:`~double_backward.functions.sinh_variants.SinhMaterialized` is
+# :class:`~double_backward.functions.sinh_variants.SinhOutOfPlace` with the zeros
+# materialised, and nothing else changed. Double backward time, custom / native, at each size:
+print(f"{'':<28}{size_labels}")
+for name in (
+    "Sinh, before: out of place",
+    "Sinh, zeros materialised",
+    "Sinh, tutorial form",
+):
+    print(f"{name:<28}" + "".join(f"{ratio:>8.2f}" for ratio in series(name)[1]))
+
+# %%
+# ... and can turn an overflow into ``nan``
+# -----------------------------------------
+# In float32, :math:`e^{100}` overflows to ``inf``. The zeros the tutorial's backward multiplies
+# in then give :math:`0 \cdot \infty = \mathrm{nan}`, where :func:`torch.cosh` says ``inf``.
+# (It is also ``inf`` from 88.7 on, where :math:`\sinh x` is still finite, because it saves
+# :math:`e^{x}` rather than :math:`e^{x}/2`.)
+from double_backward.functions.sinh_variants import sinh_materialized
+
+x = torch.tensor([1.0, 89.0, 100.0], requires_grad=True)
+print(f"{'':<19}{'y at x = 1, 89, 100':^27} | {'dy/dx at x = 1, 89, 100':^27}")
+for name, fn in (("tutorial form", sinh_tutorial), ("zeros materialised", sinh_materialized),
+                 ("package Sinh", sinh), ("torch.sinh", torch.sinh)):  # fmt: skip
+    y = fn(x)
+    (grad_x,) = torch.autograd.grad(y.sum(), x)
+    values = "".join(f"{v:9.3g}" for v in y.tolist())
+    grads = "".join(f"{g:9.3g}" for g in grad_x.tolist())
+    print(f"{name:<19}{values} | {grads}")
+
+# %%
+# The package's ``Sinh``: before and after
+# ----------------------------------------
+# Measured first, the package's ``Sinh`` built each exponential out of place (``x - ln 2``,
+# then its exponential, each a new tensor) and summed the second backward's products one
+# temporary at a time: that form is kept as
+# :class:`~double_backward.functions.sinh_variants.SinhOutOfPlace`. Forward runs in no-grad
+# mode, so ``exp_`` may overwrite the fresh ``x - ln 2``; backward now adds each product with
+# ``torch.addcmul``. Same saved tensors, fewer allocations:
+#
+# .. literalinclude:: /../src/double_backward/functions/saving_intermediates.py
+#    :pyobject: Sinh.forward
+#
+from double_backward.functions.sinh_variants import sinh_out_of_place
+
+x = torch.randn(4)
+for name, fn in (("before", sinh_out_of_place), ("after", sinh)):
+    show_ops(f"{name}, forward", aten_ops(lambda fn=fn: fn(x)))
+for size in settings["sizes"][-3:]:
+    before, after = (
+        series(name)[1][settings["sizes"].index(size)]
+        for name in ("Sinh, before: out of place", "Sinh")
+    )
+    print(f"double backward at {size:.0e}: before {before:.2f}x, after {after:.2f}x "
+          "torch.sinh")  # fmt: skip
+
+# %%
+# When recomputing wins
+# ---------------------
+# :class:`~double_backward.functions.sinh_variants.SinhRecompute` saves only ``x`` and
+# recomputes both exponentials in backward: no extra outputs, nothing extra kept between
+# forward and backward, two more exponentials per backward.
+#
+# .. literalinclude:: /../src/double_backward/functions/sinh_variants.py
+#    :pyobject: SinhRecompute
+#
+# Saving costs 8 bytes per element for as long as the graph lives, which in a deep network is
+# from the forward of the layer to its backward; recomputing costs time only while backward
+# runs. When memory decides how large a batch or model fits, recompute (the trade
+# ``torch.utils.checkpoint.checkpoint`` makes for whole blocks); when time does, save.
+# Wrapping the native kernels themselves in a Function
+# (:class:`~double_backward.functions.sinh_variants.SinhNativeOps`) costs a fixed overhead per
+# call (``apply``), which large sizes dilute. Below, the extra bytes saved, the peak memory of
+# one double backward (see the next section) and the time at 1e6 elements, then the time at
+# each size.
+peaks = {
+    row["case"]: row
+    for row in measurements["devices"]["cpu"]["peak_memory"]
+    if row["size"] == settings["target_size"]
+}
+for name in ("Sinh", "Sinh, recompute in backward", "Sinh, native ops inside"):
+    extra_bytes = saved[name].extra_bytes / n
+    peak = peaks[name]["custom_peak_bytes"] / settings["target_size"]
+    native_peak = peaks[name]["native_peak_bytes"] / settings["target_size"]
+    ratio = time_at_target[name]
+    print(f"{name:<28} extra {extra_bytes:.0f} B/elt, peak {peak:.0f} B/elt "
+          f"(torch.sinh {native_peak:.0f}), time {ratio:.2f}x")  # fmt: skip
+print(f"\n{'':<28}{size_labels}")
+for name in ("Sinh", "Sinh, recompute in backward", "Sinh, native ops inside"):
+    print(f"{name:<28}" + "".join(f"{ratio:>8.2f}" for ratio in series(name)[1]))
+
+# %%
+# Peak memory of one double backward
+# ----------------------------------
+# The most memory allocated at once during one double backward at 1e6 elements, above the
+# input, from the allocations and frees ``torch.profiler`` records
+# (:func:`~double_backward.costs.peak_memory`). It sees torch's allocator only: the NumPy
+# temporaries of ``Cube``'s backward are not in it.
+for name, row in peaks.items():
+    custom, native = (row[f"{side}_peak_bytes"] / settings["target_size"]
+                      for side in ("custom", "native"))  # fmt: skip
+    print(f"{name:<28} {custom:5.1f} B/elt  (native {native:5.1f})")
+
+# %%
+# Conclusion
+# ----------
+# A custom Function can be as fast as the native op, or faster when its backward is simpler
+# than the general formula (``Square``). Saving an input or an output costs no extra memory;
+# returning intermediates as extra outputs costs one tensor each, and
+# ``set_materialize_grads(False)`` keeps them from costing zeros, time and ``nan`` as well.
+# Recompute when memory is the limit. To check that your own Function differentiates twice,
+# see :doc:`plot_08_failure_gallery`; the rules behind every case are in
+# :doc:`plot_00_grad_mode_rules`.

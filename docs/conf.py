@@ -31,7 +31,7 @@ extensions = [
     "sphinx_gallery.gen_gallery",
     "complete_downloads",  # in _ext/: scripts, notebooks and zips with the code they show
     "package_wheel",  # in _ext/: the package's wheel, served by the site, and its install line
-    "html_fixes",  # in _ext/: ARIA and validity fixes to generated HTML
+    "valid_html",  # in _ext/: ARIA and validity fixes to generated HTML
     "page_descriptions",  # in _ext/: a meta description on every page
     "error_index",  # in _ext/: the error table, from messages raised at build time
 ]

@@ -9,11 +9,11 @@ not name the project, version and dependencies of ``pyproject.toml``.
 from __future__ import annotations
 
 import sys
-import tomllib
 import zipfile
 from email.parser import Parser
 from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,10 +34,13 @@ def wheel_problems(wheel: Path, root: Path = ROOT) -> list[str]:
     problems = [f"not part of the package: {name}" for name in sorted(names)
                 if not name.startswith(("double_backward/", dist_info))]  # fmt: skip
     package_files = {name for name in names if name.startswith("double_backward/")}
-    problems += [f"missing from the wheel: {name}" for name in sorted(expected - package_files)]
+    problems += [
+        f"missing from the wheel: {name}" for name in sorted(expected - package_files)
+    ]
     problems += [f"not in src/: {name}" for name in sorted(package_files - expected)]
     if metadata["Name"] != project["name"] or metadata["Version"] != project["version"]:
         problems.append(f"metadata names {metadata['Name']} {metadata['Version']}")
+
     def normalized(requirements: list[str]) -> set[str]:
         return {str(Requirement(requirement)) for requirement in requirements}
 

@@ -54,7 +54,9 @@ LITERALINCLUDE = re.compile(
 )
 OPTION = re.compile(r"^[ \t]+:(?P<name>[\w-]+):[ \t]*(?P<value>.*)$", flags=re.M)
 # :role:`content` and :domain:role:`content`.
-ROLE = re.compile(r":(?:(?P<domain>[a-z]+):)?(?P<role>[a-z][\w-]*):`(?P<content>[^`]+)`")
+ROLE = re.compile(
+    r":(?:(?P<domain>[a-z]+):)?(?P<role>[a-z][\w-]*):`(?P<content>[^`]+)`"
+)
 EXPLICIT_TITLE = re.compile(r"^(?P<title>.+?)\s*<(?P<target>[^<>]+)>$", flags=re.S)
 DIRECTIVE = re.compile(r"^[ \t]*\.\. [\w:-]+::", flags=re.M)
 # Roles whose text sphinx writes with "()" (add_function_parentheses).
@@ -101,19 +103,27 @@ def _local_uri(app: Sphinx, docname: str, anchor: str = "") -> str | None:
     base = base_url(app)
     if not base:
         return None
-    return f"{base}{app.builder.get_target_uri(docname)}" + (f"#{anchor}" if anchor else "")
+    return f"{base}{app.builder.get_target_uri(docname)}" + (
+        f"#{anchor}" if anchor else ""
+    )
 
 
 def _resolve(app: Sphinx, docname: str, role: str, content: str) -> str:
     """Markdown for one cross-reference role: a link, or inline code if it resolves nowhere."""
     env = app.env
     explicit = EXPLICIT_TITLE.match(content)
-    title, target = (explicit["title"], explicit["target"]) if explicit else (None, content)
+    title, target = (
+        (explicit["title"], explicit["target"]) if explicit else (None, content)
+    )
     target = target.lstrip("!")
     uri = None
     if role == "doc":
         parent = docname.rpartition("/")[0]
-        doc = target.lstrip("/") if target.startswith("/") else f"{parent}/{target}".lstrip("/")
+        doc = (
+            target.lstrip("/")
+            if target.startswith("/")
+            else f"{parent}/{target}".lstrip("/")
+        )
         if doc in env.titles:
             title = title or env.titles[doc].astext()
             uri = _local_uri(app, doc)
@@ -138,7 +148,9 @@ def _resolve(app: Sphinx, docname: str, role: str, content: str) -> str:
     return f"[{code}]({uri})" if uri else code
 
 
-def to_markdown_parts(app: Sphinx, docname: str, rest: str, blocks: dict[str, str]) -> str:
+def to_markdown_parts(
+    app: Sphinx, docname: str, rest: str, blocks: dict[str, str]
+) -> str:
     """reST with roles as Markdown and each literalinclude as a placeholder paragraph.
 
     Returns the text for sphinx-gallery's ``rst2md``; the placeholders' Markdown is added to
@@ -204,16 +216,26 @@ def write_downloads(app: Sphinx, source: Path, target: Path, docname: str) -> No
     heading_levels: defaultdict = defaultdict(lambda: next(heading_counter))
 
     def markdown(text: str) -> str:
-        return _fill_in(rst2md(text + "\n", gallery_conf, target.parent, heading_levels), all_blocks)
+        return _fill_in(
+            rst2md(text + "\n", gallery_conf, target.parent, heading_levels), all_blocks
+        )
 
-    command = install_command(app) or "pip install .  (from a clone of the repository)"
+    command = install_command(app)
+    run_it = (
+        f"# Run it yourself: install the package this script imports, then run it with python:\n"
+        f"#     {command}"
+        if command
+        else "# Run it yourself: install the package this script imports from a clone of the\n"
+        "# repository (this build has no site address), then run it with python:\n"
+        "#     pip install ."
+    )
     parts = []
     for index, (label, content, _) in enumerate(prepared):
         if label == "code":
             parts.append(content.strip("\n"))
         elif index == 0:
             docstring = markdown(content).strip().replace('"""', '\\"\\"\\"')
-            parts.append(f'r"""\n{docstring}\n"""\n\n# Run it yourself: {command}')
+            parts.append(f'r"""\n{docstring}\n"""\n\n{run_it}')
         else:
             parts.append("# %%\n" + _comment(markdown(content)))
     script = "\n\n".join(parts) + "\n"
@@ -222,7 +244,10 @@ def write_downloads(app: Sphinx, source: Path, target: Path, docname: str) -> No
 
     notebook_path = target.with_suffix(".ipynb")
     if target.suffix in gallery_conf["notebook_extensions"]:
-        conf = {**copy.copy(gallery_conf), "first_notebook_cell": first_notebook_cell(app)}
+        conf = {
+            **copy.copy(gallery_conf),
+            "first_notebook_cell": first_notebook_cell(app),
+        }
         notebook = jupyter_notebook(prepared, conf, target.parent)
         for cell in notebook["cells"]:
             if cell["cell_type"] == "markdown":
@@ -257,7 +282,9 @@ def _write_all(app: Sphinx, env: BuildEnvironment) -> None:
             if source.is_file() and docname in env.found_docs:
                 write_downloads(app, source, target, docname)
 
-        def current(name: str, original: zipfile.ZipFile, gallery: Path = gallery) -> bytes:
+        def current(
+            name: str, original: zipfile.ZipFile, gallery: Path = gallery
+        ) -> bytes:
             member = gallery / name
             return member.read_bytes() if member.is_file() else original.read(name)
 

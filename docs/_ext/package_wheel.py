@@ -53,7 +53,9 @@ def _source_files(root: Path) -> list[Path]:
         files += [
             f
             for f in candidates
-            if f.is_file() and "__pycache__" not in f.parts and ".egg-info" not in str(f)
+            if f.is_file()
+            and "__pycache__" not in f.parts
+            and ".egg-info" not in str(f)
         ]
     return files
 

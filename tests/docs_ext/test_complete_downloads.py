@@ -29,7 +29,10 @@ torch::Tensor square(const torch::Tensor& x) {
 def env(tmp_path):
     (tmp_path / "square.cpp").write_text(CPP)
     return SimpleNamespace(
-        relfn2path=lambda name, docname: (name, str(tmp_path / name.rsplit("/", 1)[-1])),
+        relfn2path=lambda name, docname: (
+            name,
+            str(tmp_path / name.rsplit("/", 1)[-1]),
+        ),
         config=SimpleNamespace(source_encoding="utf-8"),
     )
 
@@ -44,7 +47,8 @@ def test_a_cpp_include_becomes_a_cpp_fence_with_only_the_lines_it_selects(env):
     )
     match = LITERALINCLUDE.search(rest)
     assert match is not None
-    assert rest[match.end() :] == "\nText after.\n"  # the options, and only they, are consumed
+    # The options, and only they, are consumed.
+    assert rest[match.end() :] == "\nText after.\n"
     block = _included_code(env, "auto_examples/plot_12", match)
     assert block == (
         "```cpp\ntorch::Tensor square(const torch::Tensor& x) {\n  return x * x;\n}\n```"
@@ -74,7 +78,9 @@ def test_roles_are_found_with_their_content(text, role, content):
 def _app(base_url: str) -> SimpleNamespace:
     return SimpleNamespace(
         config=SimpleNamespace(html_baseurl=base_url),
-        env=SimpleNamespace(package_wheel_name="double_backward-0.1.0-py3-none-any.whl"),
+        env=SimpleNamespace(
+            package_wheel_name="double_backward-0.1.0-py3-none-any.whl"
+        ),
     )
 
 
@@ -92,7 +98,9 @@ def test_with_a_base_url_the_first_cell_installs_the_wheel_from_it():
 def test_without_a_base_url_the_first_cell_stops_with_a_message_when_the_package_is_missing():
     cell = first_notebook_cell(_app(""))
     namespace: dict[str, object] = {}
-    code = cell.replace('find_spec("double_backward")', 'find_spec("no_such_package_xyz")')
+    code = cell.replace(
+        'find_spec("double_backward")', 'find_spec("no_such_package_xyz")'
+    )
     with pytest.raises(RuntimeError, match="built without the address of its site"):
         exec(compile(code, "first cell", "exec"), namespace)
     assert "pip install" not in cell.replace("(pip install .)", "")

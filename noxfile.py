@@ -24,8 +24,8 @@ CONSTRAINTS = os.environ.get(
 DOCS_OUT = ROOT / "docs" / "_build" / "html"
 # Beside the HTML, not inside it: the HTML tree holds only what is served.
 DOCTREES = ROOT / "docs" / "_build" / "doctrees"
-SPHINX_BUILD = ("sphinx-build", "-W", "--keep-going", "-n", "-b", "html", "-d", str(DOCTREES),
-                "docs", str(DOCS_OUT))  # fmt: skip
+sys.path.insert(0, str(ROOT / "tools"))
+from sphinx_build import arguments  # noqa: E402  (the one set of sphinx-build flags)
 
 
 def install(session: nox.Session, *groups: str) -> None:
@@ -78,7 +78,8 @@ def docs(session: nox.Session) -> None:
     require_graphviz(session)
     require_compiler(session)
     install(session, "docs")
-    session.run(*SPHINX_BUILD, *session.posargs)
+    session.run("python", "-m", "sphinx",
+                *arguments("docs", DOCS_OUT, *session.posargs, doctrees=DOCTREES))  # fmt: skip
 
 
 @nox.session(reuse_venv=True)
@@ -120,7 +121,9 @@ def bench_functions(session: nox.Session) -> None:
     session.run("python", "benchmarks/functions.py", *session.posargs)
 
 
-RUNTIME_VENV = ROOT / ".nox" / "site-runtime"
+# A reader's venv: torch and the package's other dependencies, nothing of this project. The
+# site checks install the package into it from the served site, as the pages tell readers to.
+READER_VENV = ROOT / ".nox" / "site-reader"
 
 
 @nox.session(reuse_venv=True)
@@ -133,17 +136,40 @@ def site(session: nox.Session) -> None:
     """
     install(session, "site")
     session.run_install("npm", "ci", "--no-audit", "--no-fund", external=True)
-    # A venv with only the package and its runtime dependencies, for the downloaded scripts
-    # (and the plots extra: the "What it costs" page draws with matplotlib).
-    session.run_install("python", "-m", "venv", "--clear", str(RUNTIME_VENV))
-    runtime_python = RUNTIME_VENV / "bin" / "python"
+    session.run_install("python", "-m", "venv", "--clear", str(READER_VENV))
+    reader_python = READER_VENV / "bin" / "python"
+    # ipykernel: the checks run the notebooks in this venv, as Jupyter would.
     session.run_install(
-        str(runtime_python), "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS, ".[plots]",
-        external=True,
+        str(reader_python), "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS,
+        *PYPROJECT["project"]["dependencies"], "ipykernel", external=True,
     )  # fmt: skip
     session.run(
         "pytest", "site_tests", *session.posargs,
-        env={"DOUBLE_BACKWARD_RUNTIME_PYTHON": str(runtime_python)},
+        env={"DOUBLE_BACKWARD_READER_PYTHON": str(reader_python)},
+    )  # fmt: skip
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """Build the sdist and wheel, check them, install the wheel in a clean venv and import it."""
+    session.install("build>=1.2", "twine>=5")
+    dist = ROOT / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("python", "-m", "build", "--outdir", str(dist), str(ROOT))
+    session.run("twine", "check", "--strict", *map(str, sorted(dist.iterdir())))
+    (wheel,) = dist.glob("*.whl")
+    session.run("python", "tools/check_wheel.py", str(wheel))
+    clean = Path(session.create_tmp()) / "clean-venv"
+    session.run("python", "-m", "venv", "--clear", str(clean))
+    python = str(clean / "bin" / "python")
+    session.run(python, "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS, str(wheel),
+                external=True)  # fmt: skip
+    session.run(
+        python, "-c",
+        "import double_backward as db, torch; x = torch.tensor(1.5, dtype=torch.float64, "
+        "requires_grad=True); report = db.check(db.Square.apply, x); print(report); "
+        "assert report.ok, report",
+        external=True,
     )  # fmt: skip
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from importlib.metadata import version as installed_version
 from pathlib import Path
@@ -11,7 +12,7 @@ EXTENSIONS_DIR = DOCS / "_ext"
 sys.path.insert(0, str(EXTENSIONS_DIR))  # the Sphinx extensions and build helpers
 
 from offline_inventory import write_inventories  # noqa: E402
-from source_digest import digest  # noqa: E402
+from source_digest import digest, printed_versions  # noqa: E402
 
 # -- Project -------------------------------------------------------------------
 project = "double-backward"
@@ -28,8 +29,9 @@ extensions = [
     "mathml",  # in _ext/: math rendered to MathML at build time, no MathJax
     "sphinx_copybutton",
     "sphinx_gallery.gen_gallery",
-    "reproducible_zips",  # in _ext/: deterministic download zips
-    "html_fixes",  # in _ext/: ARIA and validity fixes to generated HTML
+    "complete_downloads",  # in _ext/: scripts, notebooks and zips with the code they show
+    "package_wheel",  # in _ext/: the package's wheel, served by the site, and its install line
+    "valid_html",  # in _ext/: ARIA and validity fixes to generated HTML
     "page_descriptions",  # in _ext/: a meta description on every page
     "error_index",  # in _ext/: the error table, from messages raised at build time
     "compatibility_matrix",  # in _ext/: every Function under every transform, run at build time
@@ -64,11 +66,11 @@ napoleon_numpy_docstring = False
 
 # -- Gallery ---------------------------------------------------------------------
 def _rerun_examples_if_changed(key: str, gallery_dir: Path) -> None:
-    """Make sphinx-gallery re-run every example when the package or this file changed.
+    """Make sphinx-gallery re-run every example when what their output depends on changed.
 
     sphinx-gallery skips an example whose own file is unchanged (it keeps an .md5 beside
-    the output), but the output also depends on double_backward and on this configuration
-    (the notebooks' first cell, say): when their hash differs from the last build's, drop
+    the output), but the output also depends on double_backward, this configuration, the
+    scraper and torch's version: when their hash differs from the last build's, drop
     those .md5 files. Drop the generated .rst files as well: a graph can change while its
     page's text does not, and Sphinx only re-copies the images of pages it rewrites.
     """
@@ -81,9 +83,11 @@ def _rerun_examples_if_changed(key: str, gallery_dir: Path) -> None:
     stamp.write_text(key)
 
 
-# The examples' output depends on the package, this file and the build helpers (the scraper).
+# The examples' output depends on the package, this file, the build helpers (the scraper) and
+# the versions of torch and the other packages whose output the pages print.
 _rerun_examples_if_changed(
-    digest(Path(__file__), *sorted(EXTENSIONS_DIR.glob("*.py"))), DOCS / "auto_examples"
+    digest(Path(__file__), *sorted(EXTENSIONS_DIR.glob("*.py")), salt=printed_versions()),
+    DOCS / "auto_examples",
 )
 
 sphinx_gallery_conf = {
@@ -104,12 +108,7 @@ sphinx_gallery_conf = {
     "backreferences_dir": "gen_modules/backreferences",
     "inspect_global_variables": True,
     "remove_config_comments": True,
-    # Notebooks install the package they import, unless it is there already.
-    "first_notebook_cell": (
-        "import importlib.util\n"
-        "if importlib.util.find_spec('double_backward') is None:\n"
-        "    %pip install double-backward"
-    ),
+    # The notebooks' first cell installs the package from this site: see package_wheel.py.
     # Stable output: no per-example timing line, no computation-times page.
     "min_reported_time": float("inf"),
     "write_computation_times": False,
@@ -134,5 +133,8 @@ html_use_index = False
 html_domain_indices = False
 html_copy_source = False
 html_theme_options = {"navigation_with_keys": True}
+# The site's absolute address: the notebooks and pages install the package's wheel from it
+# (package_wheel.py). Read the Docs sets it; elsewhere pass -D html_baseurl=https://.../
+html_baseurl = os.environ.get("READTHEDOCS_CANONICAL_URL", "")
 copybutton_prompt_text = r">>> |\.\.\. |\$ "
 copybutton_prompt_is_regexp = True

@@ -9,13 +9,16 @@ from __future__ import annotations
 import csv
 import filecmp
 import functools
+import html
 import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -208,10 +211,23 @@ def tree_differences(first: Path, second: Path) -> list[str]:
     return sorted(differences)
 
 
-def script_problems(python: Path, scripts: list[Path]) -> list[str]:
-    """Scripts that fail when run with ``python`` from their own folder."""
+def script_problems(
+    python: Path,
+    scripts: list[Path],
+    prepare: Callable[[Path], list[str]] | None = None,
+) -> list[str]:
+    """Scripts that fail when run with ``python`` from their own folder.
+
+    ``prepare(script)``, if given, runs first (the page's install line, say) and returns its
+    own problems; a script whose preparation failed is reported and not run.
+    """
     problems = []
     for script in scripts:
+        if prepare is not None:
+            found = prepare(script)
+            if found:
+                problems += found
+                continue
         result = subprocess.run(
             [str(python), script.name],
             cwd=script.parent,
@@ -225,14 +241,20 @@ def script_problems(python: Path, scripts: list[Path]) -> list[str]:
     return problems
 
 
-def notebook_problems(notebooks: list[Path], kernel_name: str = "python3") -> list[str]:
-    """Notebooks that do not execute cleanly with nbclient."""
+def notebook_problems(
+    notebooks: list[Path],
+    kernel_name: str = "python3",
+    prepare: Callable[[Path], list[str]] | None = None,
+) -> list[str]:
+    """Notebooks that do not execute cleanly with nbclient, each run whole, first cell included."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     problems = []
     for path in notebooks:
+        if prepare is not None:
+            problems += prepare(path)
         notebook = nbformat.read(path, as_version=4)
         client = NotebookClient(
             notebook, timeout=600, kernel_name=kernel_name,
@@ -242,4 +264,110 @@ def notebook_problems(notebooks: list[Path], kernel_name: str = "python3") -> li
             client.execute()
         except CellExecutionError as error:
             problems.append(f"{path.name}: {str(error)[-1500:]}")
+    return problems
+
+
+class _CodeBlocks(HTMLParser):
+    """The text of each code listing of a page: ``<pre>`` in a ``highlight-*`` block, no output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks: list[str] = []
+        self._stack: list[str] = []  # the class attribute of each open <div>
+        self._pre: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        classes = dict(attrs).get("class") or ""
+        if tag == "div":
+            self._stack.append(classes)
+        elif tag == "pre":
+            inside = " ".join(self._stack)
+            # Shell commands (the install line) are run before a download, not in it; the
+            # install-path checks run them.
+            shell = re.search(r"highlight-(bash|console|shell|sh)\b", inside)
+            if (
+                "highlight-" in inside
+                and "sphx-glr-script-out" not in inside
+                and not shell
+            ):
+                self._pre = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "div" and self._stack:
+            self._stack.pop()
+        elif tag == "pre" and self._pre is not None:
+            self.blocks.append("".join(self._pre))
+            self._pre = None
+
+    def handle_data(self, data: str) -> None:
+        if self._pre is not None:
+            self._pre.append(data)
+
+
+def page_code_blocks(page: Path) -> list[str]:
+    """Every code listing the page shows (code cells, included sources), not its outputs."""
+    parser = _CodeBlocks()
+    parser.feed(page.read_text())
+    return parser.blocks
+
+
+def _code_lines(text: str) -> str:
+    """Text reduced to its non-blank lines, stripped."""
+    return "\n".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _uncommented(text: str) -> str:
+    """A script's text with each comment's leading '#' (and one space) taken off."""
+    return re.sub(r"^([ \t]*)# ?", r"\1", text, flags=re.M)
+
+
+def download_text(path: Path) -> str:
+    """What a reader sees in a download: a script's text, or a notebook's cells, in order."""
+    if path.suffix == ".ipynb":
+        cells = json.loads(path.read_text())["cells"]
+        return "\n\n".join("".join(cell["source"]) for cell in cells)
+    return path.read_text()
+
+
+# reST a download must not keep: roles (:class:`x`, :py:func:`y`) and directives (.. name::).
+REST_ROLE = re.compile(r":(?:[a-z]+:)?[a-z][\w-]*:`")
+REST_DIRECTIVE = re.compile(r"^[ \t]*(?:#[ \t]*)?\.\. [\w:-]+::", flags=re.M)
+
+
+def download_problems(site: Path, gallery: str = "auto_examples") -> list[str]:
+    """Downloads that keep reST, or lack a code listing their page shows.
+
+    Every example page's script and notebook are checked: no ``literalinclude``, role or
+    directive left; every code listing of the page (its code cells and the sources it
+    includes) appears in each, line by line.
+    """
+    problems = []
+    pages = sorted((site / gallery).glob("plot_*.html"))
+    if not pages:
+        return [f"no example pages in {site / gallery}"]
+    for page in pages:
+        downloads = sorted(site.glob(f"_downloads/*/{page.stem}.py")) + sorted(
+            site.glob(f"_downloads/*/{page.stem}.ipynb")
+        )
+        if len(downloads) != 2:
+            problems.append(
+                f"{page.name}: expected a script and a notebook, got {downloads}"
+            )
+        blocks = [_code_lines(html.unescape(block)) for block in page_code_blocks(page)]
+        for download in downloads:
+            text = download_text(download)
+            for pattern in ("literalinclude", REST_ROLE, REST_DIRECTIVE):
+                found = (re.search(pattern, text) if isinstance(pattern, re.Pattern)
+                         else pattern in text and pattern)  # fmt: skip
+                if found:
+                    shown = found[0] if isinstance(found, re.Match) else found
+                    problems.append(f"{download.name}: keeps reST {shown!r}")
+            # Code as code, or (a script's included source) as comment lines.
+            forms = [f"\n{_code_lines(t)}\n" for t in (text, _uncommented(text))]
+            for block in blocks:
+                if block and not any(f"\n{block}\n" in form for form in forms):
+                    problems.append(
+                        f"{download.name}: lacks code its page shows: "
+                        f"{block.splitlines()[0][:80]!r}"
+                    )
     return problems

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import nbformat
 from .checks import (
     axe_problems,
     browser_problems,
+    download_problems,
     html_validation_problems,
     link_problems,
     notebook_problems,
@@ -115,3 +117,30 @@ def test_notebook_check_catches_a_failing_cell(tmp_path):
     nbformat.write(notebook, path)
     problems = notebook_problems([path])
     assert len(problems) == 1 and "ZeroDivisionError" in problems[0]
+
+
+def test_download_check_catches_rest_left_in_a_notebook(broken_site):
+    path = next(broken_site.glob("_downloads/*/plot_03_*.ipynb"))
+    notebook = json.loads(path.read_text())
+    markdown = next(c for c in notebook["cells"] if c["cell_type"] == "markdown")
+    markdown["source"] = [
+        ".. literalinclude:: /../src/double_backward/functions/saving_intermediates.py\n"
+        "   :pyobject: Sinh\n\nSee :class:`~double_backward.Sinh`.\n"
+    ]
+    path.write_text(json.dumps(notebook))
+    problems = download_problems(broken_site)
+    assert any("'literalinclude'" in p for p in problems), problems
+    assert any("':class:`'" in p for p in problems), problems
+    assert any("'.. literalinclude::'" in p for p in problems), problems
+
+
+def test_download_check_catches_a_script_without_the_function_its_page_shows(broken_site):
+    path = next(broken_site.glob("_downloads/*/plot_03_*.py"))
+    text = path.read_text()
+    assert "# class SinhBad(torch.autograd.Function):" in text
+    path.write_text(text.replace("# class SinhBad(", "# class Renamed("))
+    problems = download_problems(broken_site)
+    assert problems == [
+        "plot_03_saving_intermediates.py: lacks code its page shows: "
+        "'class SinhBad(torch.autograd.Function):'"
+    ]

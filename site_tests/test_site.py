@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from .checks import (
     ROOT,
     axe_problems,
     browser_problems,
+    download_problems,
     html_pages,
     html_validation_problems,
     link_problems,
@@ -23,9 +22,6 @@ from .checks import (
     search_results,
     tree_differences,
 )
-
-sys.path.insert(0, str(ROOT / "tools"))
-from scratch_docs import build_html, copy_sources  # noqa: E402
 
 ARTIFACTS = ROOT / "site-artifacts"
 EXAMPLE_PAGE = "auto_examples/plot_03_saving_intermediates.html"
@@ -97,48 +93,76 @@ def test_the_nu_validator_reports_no_errors(site):
     assert html_validation_problems(site) == []
 
 
-def test_two_clean_builds_with_source_date_epoch_are_byte_identical(tmp_path):
-    env = {**os.environ, "SOURCE_DATE_EPOCH": "1767225600"}
-    trees = []
-    for name in ("first", "second"):
-        tree = copy_sources(tmp_path / name)
-        build_html(tree, "html", env=env)
-        trees.append(tree / "html")
-    assert tree_differences(*trees) == []
-    assert list(trees[0].rglob("*.zip")), (
-        "the comparison should include the download zips"
+def test_two_clean_builds_with_source_date_epoch_are_byte_identical(reader_site):
+    first, second = reader_site.html, reader_site.second_html
+    assert tree_differences(first, second) == []
+    assert list(first.rglob("*.zip")), "the comparison should include the download zips"
+    assert list(first.glob("wheels/double_backward-*.whl")), (
+        "the comparison should include the package's wheel"
     )
 
 
-def runtime_python() -> Path:
-    python = os.environ.get("DOUBLE_BACKWARD_RUNTIME_PYTHON")
-    if not python:
-        pytest.fail(
-            "set DOUBLE_BACKWARD_RUNTIME_PYTHON (nox -s site does) to a venv's python"
-        )
-    return Path(python)
+def test_downloads_keep_no_rest_and_show_every_listing_of_their_page(site):
+    assert download_problems(site) == []
 
 
-def test_downloaded_scripts_run_with_only_the_package_and_its_runtime_deps(site):
-    python = runtime_python()
-    # The venv holds the package but no Sphinx: the scripts must not need it.
-    assert (
-        subprocess.run([python, "-c", "import double_backward, torchviz"]).returncode
-        == 0
+def test_without_a_base_url_the_first_cell_stops_with_a_clear_message(
+    site, reader, tmp_path
+):
+    # The site `nox -s docs` builds has no base URL: the first cell must say so, not guess.
+    notebook = Path(
+        shutil.copy(next(site.glob("_downloads/*/plot_01_*.ipynb")), tmp_path)
     )
-    assert (
-        subprocess.run([python, "-c", "import sphinx"], capture_output=True).returncode
-        != 0
-    )
-    scripts = sorted(site.glob("_downloads/*/plot_*.py"))
-    assert len(scripts) == len(list((ROOT / "examples").glob("plot_*.py")))
-    assert script_problems(python, scripts) == []
+    first_cell_only = nbformat.read(notebook, as_version=4)
+    first_cell_only.cells = first_cell_only.cells[:1]
+    nbformat.write(first_cell_only, notebook)
+    (problem,) = notebook_problems([notebook], reader.kernel)
+    assert "built without the address of its site" in problem, problem
 
 
-def test_downloaded_notebooks_execute_cleanly(site, tmp_path):
-    notebooks = [
-        Path(shutil.copy(path, tmp_path))
-        for path in sorted(site.glob("_downloads/*/*.ipynb"))
-    ]
+def test_every_notebook_runs_whole_from_the_served_site_in_a_venv_without_the_package(
+    reader_site, reader, tmp_path
+):
+    notebooks = [Path(shutil.copy(path, tmp_path))
+                 for path in sorted(reader_site.html.glob("_downloads/*/*.ipynb"))]  # fmt: skip
     assert len(notebooks) == len(list((ROOT / "examples").glob("plot_*.py")))
-    assert notebook_problems(notebooks) == []
+    assert notebook_problems(notebooks, reader.kernel, prepare=reader.uninstall) == []
+
+
+def test_every_script_runs_after_its_pages_install_line_in_a_venv_without_the_package(
+    reader_site, reader, tmp_path
+):
+    scripts = [Path(shutil.copy(path, tmp_path))
+               for path in sorted(reader_site.html.glob("_downloads/*/plot_*.py"))]  # fmt: skip
+    assert len(scripts) == len(list((ROOT / "examples").glob("plot_*.py")))
+    assert (
+        script_problems(reader.python, scripts, prepare=reader_site.install_from_page)
+        == []
+    )
+
+
+def test_without_the_wheel_on_the_site_the_install_path_fails(
+    reader_site, reader, tmp_path
+):
+    # The negative control: the same site and downloads, with the wheel taken away.
+    wheels, aside = reader_site.html / "wheels", tmp_path / "wheels-aside"
+    shutil.move(wheels, aside)
+    try:
+        notebook = Path(shutil.copy(
+            next(reader_site.html.glob("_downloads/*/plot_01_*.ipynb")), tmp_path
+        ))  # fmt: skip
+        script = Path(shutil.copy(
+            next(reader_site.html.glob("_downloads/*/plot_01_*.py")), tmp_path
+        ))  # fmt: skip
+        notebook_found = notebook_problems(
+            [notebook], reader.kernel, prepare=reader.uninstall
+        )
+        script_found = script_problems(
+            reader.python, [script], prepare=reader_site.install_from_page
+        )
+    finally:
+        shutil.move(aside, wheels)
+    assert len(notebook_found) == 1 and "double_backward" in notebook_found[0], (
+        notebook_found
+    )
+    assert len(script_found) == 1 and "404" in script_found[0], script_found

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sphinx_build import arguments
+
 ROOT = Path(__file__).resolve().parents[1]
-# The sources a docs build reads; build outputs are left behind.
-SOURCES = ("docs", "examples", "src")
+# The sources a docs build reads (pyproject.toml and README.md: the wheel the site serves);
+# build outputs are left behind.
+SOURCES = ("docs", "examples", "src", "pyproject.toml", "README.md")
 _IGNORE = shutil.ignore_patterns(
     ".git",
     ".nox",
@@ -22,9 +25,13 @@ _IGNORE = shutil.ignore_patterns(
 
 
 def copy_sources(destination: Path) -> Path:
-    """Copy docs/, examples/ and src/ into ``destination`` and return it."""
+    """Copy what a docs build reads into ``destination`` and return it."""
     for name in SOURCES:
-        shutil.copytree(ROOT / name, destination / name, ignore=_IGNORE)
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, destination / name, ignore=_IGNORE)
+        else:
+            destination.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, destination / name)
     return destination
 
 
@@ -36,10 +43,7 @@ def build_html(
     Doctrees go beside the HTML, not inside it, so the HTML tree holds only what is served.
     Exits with the build's output when the build fails.
     """
-    command = [
-        sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-b", "html",
-        "-d", f"{out}.doctrees", *extra, "docs", out,
-    ]  # fmt: skip
+    command = [sys.executable, "-m", "sphinx", *arguments("docs", out, *extra)]
     result = subprocess.run(command, cwd=tree, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         sys.exit(

@@ -40,11 +40,17 @@ def _size_in_pixels(svg: bytes) -> tuple[int, int]:
 
 
 def image_rst(svg_path: Path, src_dir: str, alt: str, width: int, height: int) -> str:
-    """reST for one graph: width and height given, so the page does not shift as it loads."""
+    """reST for one graph: width and height given, so the page does not shift as it loads.
+
+    Unitless, so docutils (>= 0.22) writes them as the ``width`` and ``height`` attributes of
+    ``<img>``: the browser reserves the space and keeps the aspect ratio when CSS
+    (``max-width: 100%; height: auto``) scales the image down. (In ``px`` they would become a
+    fixed inline style, which distorts the image on a narrow screen.)
+    """
     uri = "/" + svg_path.relative_to(src_dir).as_posix()
     return (
         f"\n\n.. image:: {uri}\n   :alt: {alt}\n   :class: sphx-glr-single-img\n"
-        f"   :width: {width}px\n   :height: {height}px\n\n"
+        f"   :width: {width}\n   :height: {height}\n\n"
     )
 
 

@@ -8,11 +8,16 @@ would import torch on every build.
 from __future__ import annotations
 
 import hashlib
+import subprocess
 from collections.abc import Callable
+from importlib.metadata import version
 from importlib.util import find_spec
 from pathlib import Path
 
 PACKAGE_DIR = Path(find_spec("double_backward").origin).parent
+# The packages whose output the pages print: torch's numbers and error messages, NumPy's
+# numbers, torchviz's and graphviz's graphs.
+PRINTING_PACKAGES = ("torch", "numpy", "torchviz", "graphviz")
 
 
 def digest(*extra_files: Path, salt: str = "") -> str:
@@ -45,3 +50,10 @@ def regenerate(path: Path, key: str, make: Callable[[], str]) -> bool:
         path.write_text(content)
     key_path.write_text(key)
     return True
+
+
+def printed_versions() -> str:
+    """The versions of what the pages' output comes from: the packages and Graphviz's ``dot``."""
+    dot = subprocess.run(["dot", "-V"], capture_output=True, text=True)
+    packages = " ".join(f"{name}=={version(name)}" for name in PRINTING_PACKAGES)
+    return f"{packages} {dot.stderr.strip() or dot.stdout.strip()}"

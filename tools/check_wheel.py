@@ -1,0 +1,58 @@
+"""Look inside a built wheel: the package's files and its metadata, nothing else.
+
+Usage: ``python tools/check_wheel.py dist/double_backward-*.whl`` (``nox -s build`` runs it).
+Exits non-zero, listing each problem, when the wheel holds a file outside the package and its
+``.dist-info``, lacks a file of ``src/double_backward`` (bytecode aside), or its metadata does
+not name the project, version and dependencies of ``pyproject.toml``.
+"""
+
+from __future__ import annotations
+
+import sys
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import tomllib
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wheel_problems(wheel: Path, root: Path = ROOT) -> list[str]:
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    package = root / "src" / "double_backward"
+    expected = {
+        "double_backward/" + path.relative_to(package).as_posix()
+        for path in package.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+    dist_info = f"double_backward-{project['version']}.dist-info/"
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        metadata = Parser().parsestr(archive.read(dist_info + "METADATA").decode())
+    problems = [f"not part of the package: {name}" for name in sorted(names)
+                if not name.startswith(("double_backward/", dist_info))]  # fmt: skip
+    package_files = {name for name in names if name.startswith("double_backward/")}
+    problems += [
+        f"missing from the wheel: {name}" for name in sorted(expected - package_files)
+    ]
+    problems += [f"not in src/: {name}" for name in sorted(package_files - expected)]
+    if metadata["Name"] != project["name"] or metadata["Version"] != project["version"]:
+        problems.append(f"metadata names {metadata['Name']} {metadata['Version']}")
+
+    def normalized(requirements: list[str]) -> set[str]:
+        return {str(Requirement(requirement)) for requirement in requirements}
+
+    if normalized(metadata.get_all("Requires-Dist") or []) != normalized(
+        project["dependencies"]
+    ):
+        problems.append(f"Requires-Dist {metadata.get_all('Requires-Dist')}")
+    return problems
+
+
+if __name__ == "__main__":
+    (wheel,) = sys.argv[1:]
+    found = wheel_problems(Path(wheel))
+    print("\n".join(found) or f"{wheel}: package files and metadata only")
+    sys.exit(1 if found else 0)

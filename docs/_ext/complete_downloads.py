@@ -26,6 +26,7 @@ The package stays the one source of truth: the downloads quote it, at build time
 from __future__ import annotations
 
 import copy
+import io
 import json
 import re
 import zipfile
@@ -240,7 +241,7 @@ def write_downloads(app: Sphinx, source: Path, target: Path, docname: str) -> No
             parts.append("# %%\n" + _comment(markdown(content)))
     script = "\n\n".join(parts) + "\n"
     _check_no_rest(source, "script", script)
-    target.write_text(script, encoding="utf-8")
+    write_if_changed(target, script.encode())
 
     notebook_path = target.with_suffix(".ipynb")
     if target.suffix in gallery_conf["notebook_extensions"]:
@@ -256,7 +257,18 @@ def write_downloads(app: Sphinx, source: Path, target: Path, docname: str) -> No
         _check_no_rest(source, "notebook", "\n".join(
             "".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown"
         ))  # fmt: skip
-        notebook_path.write_text(text, encoding="utf-8")
+        write_if_changed(notebook_path, text.encode())
+
+
+def write_if_changed(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` unless it holds them already.
+
+    The pages depend on their downloads (Sphinx tracks ``:download:`` files): a download
+    rewritten with the same bytes but a new mtime would make every gallery page be read again
+    on a rebuild that changed nothing.
+    """
+    if not path.is_file() or path.read_bytes() != data:
+        path.write_bytes(data)
 
 
 def rewrite_zip(path: Path, read: Callable[[str, zipfile.ZipFile], bytes]) -> None:
@@ -264,9 +276,32 @@ def rewrite_zip(path: Path, read: Callable[[str, zipfile.ZipFile], bytes]) -> No
     with zipfile.ZipFile(path) as original:
         names = sorted(info.filename for info in original.infolist())
         members = [(name, read(name, original)) for name in names]
-    with ReproducibleZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as rewritten:
+    buffer = io.BytesIO()
+    with ReproducibleZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as rewritten:
         for name, data in members:
             rewritten.writestr(name, data)
+    write_if_changed(path, buffer.getvalue())
+
+
+DOWNLOADS = (".py", ".ipynb", ".zip")
+
+
+def _forget_download_dependencies(
+    env: BuildEnvironment, docname: str, downloads: list[Path]
+) -> None:
+    """Stop the page depending on the downloads rewritten here.
+
+    sphinx-gallery writes its own script and zips again on every build (they differ from
+    ours), so the downloads always look newer than the page: every gallery page would be read
+    again on a rebuild that changed nothing. The page does not read them; the HTML builder
+    copies every download on every build whatever the dependencies say.
+    """
+    ours = {path.resolve() for path in downloads}
+    srcdir = Path(env.srcdir)
+    env.dependencies[docname] = {
+        dependency for dependency in env.dependencies.get(docname, set())
+        if (srcdir / dependency).resolve() not in ours
+    }  # fmt: skip
 
 
 def _write_all(app: Sphinx, env: BuildEnvironment) -> None:
@@ -281,6 +316,9 @@ def _write_all(app: Sphinx, env: BuildEnvironment) -> None:
             docname = f"{gallery_dir}/{target.stem}"
             if source.is_file() and docname in env.found_docs:
                 write_downloads(app, source, target, docname)
+                _forget_download_dependencies(
+                    env, docname, [target.with_suffix(suffix) for suffix in DOWNLOADS]
+                )
 
         def current(
             name: str, original: zipfile.ZipFile, gallery: Path = gallery
@@ -288,8 +326,11 @@ def _write_all(app: Sphinx, env: BuildEnvironment) -> None:
             member = gallery / name
             return member.read_bytes() if member.is_file() else original.read(name)
 
-        for path in sorted(gallery.glob("*.zip")):
+        zips = sorted(gallery.glob("*.zip"))
+        for path in zips:
             rewrite_zip(path, current)
+        if f"{gallery_dir}/index" in env.found_docs:
+            _forget_download_dependencies(env, f"{gallery_dir}/index", zips)
 
 
 def setup(app: Sphinx) -> dict[str, object]:

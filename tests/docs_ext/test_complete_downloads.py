@@ -7,11 +7,13 @@ of a build without a base URL.
 
 from __future__ import annotations
 
+import os
 import re
 from types import SimpleNamespace
 
 import pytest
 
+import complete_downloads
 from complete_downloads import LITERALINCLUDE, ROLE, _included_code
 from package_wheel import first_notebook_cell
 
@@ -104,3 +106,28 @@ def test_without_a_base_url_the_first_cell_stops_with_a_message_when_the_package
     with pytest.raises(RuntimeError, match="built without the address of its site"):
         exec(compile(code, "first cell", "exec"), namespace)
     assert "pip install" not in cell.replace("(pip install .)", "")
+
+
+def test_write_if_changed_keeps_the_mtime_of_a_file_that_holds_the_bytes(tmp_path):
+    path = tmp_path / "plot_01.py"
+    complete_downloads.write_if_changed(path, b"same")
+    os.utime(path, (1_000_000, 1_000_000))
+    complete_downloads.write_if_changed(path, b"same")
+    assert path.stat().st_mtime == 1_000_000
+    complete_downloads.write_if_changed(path, b"other")
+    assert path.read_bytes() == b"other" and path.stat().st_mtime > 1_000_000
+
+
+def test_a_page_stops_depending_on_its_rewritten_downloads_only(tmp_path):
+    # What makes a no-change rebuild read no page: sphinx-gallery rewrites these every build.
+    gallery = tmp_path / "auto_examples"
+    env = SimpleNamespace(srcdir=str(tmp_path), dependencies={
+        "auto_examples/plot_01": {"auto_examples/plot_01.py", "auto_examples/plot_01.zip",
+                                  "../src/pkg/module.py", "auto_examples/images/a.svg"},
+    })  # fmt: skip
+    complete_downloads._forget_download_dependencies(
+        env, "auto_examples/plot_01", [gallery / "plot_01.py", gallery / "plot_01.zip"]
+    )
+    assert env.dependencies["auto_examples/plot_01"] == {
+        "../src/pkg/module.py", "auto_examples/images/a.svg"
+    }

@@ -831,6 +831,8 @@ def _try_outputs(
         ]
         original(ctx, *tensors)
 
+    # Patched on the class for the length of this one call, restored in `finally`: not
+    # thread-safe, so do not check Functions from several threads at once.
     ctx_class.mark_non_differentiable = mark_non_differentiable  # type: ignore[method-assign]
     try:
         with torch.enable_grad():

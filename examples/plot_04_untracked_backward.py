@@ -40,7 +40,7 @@ print(f"grad_fn: {untracked.grad_fn}")
 # inside ``CubeBackward.forward``, but it records the call, and ``CubeBackward.backward`` gives the
 # derivatives of :math:`g = 3x^2\,\bar{y}` with respect to both of its inputs, :math:`\bar{y}` and
 # :math:`x`, with differentiable torch operations (each only when that input requires grad; what
-# that saves is measured in :doc:`plot_14_costs`).
+# that saves is measured in :doc:`plot_20_costs`).
 #
 # .. literalinclude:: /../src/double_backward/functions/untracked_backward.py
 #    :pyobject: Cube
@@ -101,4 +101,4 @@ print(f"gradgradcheck(CubeBackward.apply) passed: {second}")
 # --------
 # When backward leaves autograd, make it a Function and write its backward too. That backward is
 # itself made of torch operations, so every higher derivative follows. The last page sums up the
-# four cases: :doc:`plot_05_conclusion`.
+# four cases: :doc:`plot_05_four_cases_compared`.

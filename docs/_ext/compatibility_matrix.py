@@ -131,7 +131,7 @@ def _derivative(fn: Callable, order: int, create_graph_last: bool = False):
 
 
 def _third_order(fn: Callable):
-    # Taken as plot_07 takes them: a derivative with no graph back to x is constant, so
+    # Taken as plot_08 takes them: a derivative with no graph back to x is constant, so
     # the next one is zero (x**2 has no third-order graph, and needs none).
     from double_backward.functions.higher_orders import derivatives
 

@@ -147,22 +147,22 @@ SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
     ("The graph misses the input", _graph_misses_input,
      "The gradient has a graph, but only to `grad_out`, not to `x`.",
      "As above; if backward is `@once_differentiable`, that is by design.",
-     "auto_examples/plot_08_failure_gallery"),
+     "auto_examples/plot_13_failure_gallery"),
     ("Marked once differentiable", _once_differentiable,
      "Backward is marked `@once_differentiable`: first order only, by declaration.",
      "Write backward with differentiable operations and remove the decorator.",
-     "auto_examples/plot_07_higher_orders"),
+     "auto_examples/plot_08_higher_orders"),
     ("gradgradcheck finds a mismatch", _gradgradcheck_mismatch,
      "`gradgradcheck`: the analytical second derivative differs from finite differences, "
      "often all zeros.",
      "Find which pattern of the failure gallery applies; `double_backward.check` names it.",
-     "auto_examples/plot_08_failure_gallery"),
+     "auto_examples/plot_13_failure_gallery"),
     ("gradgradcheck finds no second derivative", _gradgradcheck_second_derivative_missing,
      "`gradgradcheck`: the first derivative has no graph, so its analytical derivative is "
      "taken as zero, while finite differences of it are not.",
      "Make backward differentiable: call a Function (or operator) with its own backward "
      "where backward leaves autograd.",
-     "auto_examples/plot_12_cpp_extension"),
+     "auto_examples/plot_18_cpp_extension"),
     ("Old style under torch.func", _old_style_under_torch_func,
      "A Function in the `forward(ctx, ...)` style used under `torch.func`.",
      "Split `setup_context` out of `forward`.",
@@ -179,18 +179,18 @@ SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
      "A gradient taken with `create_graph=True` through a `torch.compile`d function is "
      "differentiated again: AOTAutograd compiles first-order backward only.",
      "Compile the first-order part only, and take higher orders in eager mode.",
-     "auto_examples/plot_13_torch_compile"),
+     "auto_examples/plot_19_torch_compile"),
     ("Custom operator without autograd", _custom_op_without_autograd,
      "An operator made with `torch.library.custom_op` and no `register_autograd` is "
      "differentiated, often inside another operator's backward (at the second order).",
      "Call `register_autograd` on that operator too, with a backward that is differentiable.",
-     "auto_examples/plot_11_custom_ops"),
+     "auto_examples/plot_17_custom_ops"),
     ("C++ Function under torch.func", _cpp_function_under_torch_func,
      "A C++ `torch::autograd::Function` used under `torch.func` (`vmap`, `grad`, `jacrev`, "
      "`hessian`, `jvp`): functorch cannot see inside it.",
      "Call the kernels from a Python Function in the `setup_context` style, with a `vmap` "
      "and a `jvp` rule.",
-     "auto_examples/plot_12_cpp_extension"),
+     "auto_examples/plot_18_cpp_extension"),
 ]  # fmt: skip
 
 

@@ -58,11 +58,11 @@ PAGES = {
     "intermediates": "auto_examples/plot_03_saving_intermediates.html",
     "untracked": "auto_examples/plot_04_untracked_backward.html",
     "modern": "auto_examples/plot_06_modern_api.html",
-    "failures": "auto_examples/plot_08_failure_gallery.html",
-    "check": "auto_examples/plot_10_check_your_function.html",
-    "custom-ops": "auto_examples/plot_11_custom_ops.html",
-    "cpp": "auto_examples/plot_12_cpp_extension.html",
-    "compile": "auto_examples/plot_13_torch_compile.html",
+    "failures": "auto_examples/plot_13_failure_gallery.html",
+    "check": "auto_examples/plot_16_check_your_function.html",
+    "custom-ops": "auto_examples/plot_17_custom_ops.html",
+    "cpp": "auto_examples/plot_18_cpp_extension.html",
+    "compile": "auto_examples/plot_19_torch_compile.html",
     "compatibility": "compatibility.html",
 }
 

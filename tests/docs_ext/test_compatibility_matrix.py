@@ -123,7 +123,7 @@ def _nth(fn, x, order):
 
 
 def _third(fn):
-    # Third derivative as plot_07 takes it: a derivative with no graph is constant.
+    # Third derivative as plot_08 takes it: a derivative with no graph is constant.
     x = _x(True)
     value = fn(x)
     for _ in range(3):

@@ -196,5 +196,5 @@ print(f"exit status: {status}")
 # Trust a problem the checker reports: a check failed, and the diagnosis says which tensor is
 # the likely cause and which page shows the fix. Read its notes too: they name patterns that
 # did not break anything at these inputs. Next: the :doc:`failure gallery
-# <plot_08_failure_gallery>` shows each broken pattern's symptom, and :doc:`plot_06_modern_api`
+# <plot_13_failure_gallery>` shows each broken pattern's symptom, and :doc:`plot_06_modern_api`
 # what :mod:`torch.func` needs.

@@ -211,4 +211,4 @@ print(f"forward + backward: operator / Function above 1x: {ratio_both > 1}")
 # break, be exported, or be traced with fake tensors; give its backward an operator with its own
 # ``register_autograd``, and double and higher backward work as with ``CubeBackward``. Keep a
 # ``setup_context`` Function when you need :mod:`torch.func` or forward mode, and check which is
-# which in the :doc:`/compatibility`. Next: :doc:`plot_13_torch_compile`.
+# which in the :doc:`/compatibility`. Next: :doc:`plot_19_torch_compile`.

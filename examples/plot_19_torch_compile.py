@@ -56,7 +56,7 @@ for name, fn in FUNCTIONS.items():
 # (the tutorial's ``Cube``) or a ``jvp`` staticmethod (the ``setup_context`` Functions of
 # :doc:`plot_06_modern_api`); without ``fullgraph=True`` those run eagerly at a graph break,
 # as the :doc:`/compatibility` shows. A custom operator is opaque and compiles
-# (:doc:`plot_11_custom_ops`).
+# (:doc:`plot_17_custom_ops`).
 #
 # The compile time
 # ----------------
@@ -141,4 +141,4 @@ print(f"Hv for Cube, eager: {hvp.tolist()}  (6x = {(6 * x).tolist()})")
 # ``torch.compile`` handles forward and first-order backward, including ``create_graph=True``,
 # but not a second backward through the compiled region. Compile what needs one derivative,
 # keep in eager mode what needs two, and check where your Functions stand in the
-# :doc:`/compatibility`. Wrapping outside code for compile: :doc:`plot_11_custom_ops`.
+# :doc:`/compatibility`. Wrapping outside code for compile: :doc:`plot_17_custom_ops`.

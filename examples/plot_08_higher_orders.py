@@ -108,4 +108,4 @@ except RuntimeError as error:
 # Differentiability is inherited: a backward made of recorded operations or of Functions with
 # their own backward can be differentiated again, to any order. When it cannot, mark it
 # ``@once_differentiable`` so the failure is loud. Next, the mistakes that are not loud:
-# :doc:`plot_08_failure_gallery`.
+# :doc:`plot_13_failure_gallery`.

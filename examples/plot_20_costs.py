@@ -365,5 +365,5 @@ for name, row in peaks.items():
 # returning intermediates as extra outputs costs one tensor each, and
 # ``set_materialize_grads(False)`` keeps them from costing zeros, time and ``nan`` as well.
 # Recompute when memory is the limit. To check that your own Function differentiates twice,
-# see :doc:`plot_08_failure_gallery`; the rules behind every case are in
+# see :doc:`plot_13_failure_gallery`; the rules behind every case are in
 # :doc:`plot_00_grad_mode_rules`.

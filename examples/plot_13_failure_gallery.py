@@ -161,4 +161,4 @@ print(check(sinh_drops_extra_grads, x))
 # --------
 # Only :func:`~torch.autograd.gradgradcheck` (or a second derivative compared with a known
 # value) catches these. The :doc:`error-message index </errors>` lists the messages above and
-# where each is explained. Next, what double backward is for: :doc:`plot_09_applications`.
+# where each is explained. Next, what double backward is for: :doc:`plot_15_applications`.

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch.autograd.function import once_differentiable
 
+from . import layer_norm
 from ._validation import check_real_tensor
 from .untracked_backward import cube_backward_numpy
 
@@ -237,3 +238,46 @@ def _untracked_backward_rule(ctx: Any, grad_out: torch.Tensor) -> torch.Tensor:
 cube_with_untracked_backward.register_autograd(
     _untracked_backward_rule, setup_context=_save_x
 )
+
+
+class LayerNormSavesStatistics(torch.autograd.Function):
+    r"""BROKEN: LayerNorm saving the mean and 1/std from forward, as fused kernels do.
+
+    Modelled on apex's ``FusedLayerNormAffineFunction`` (which saves ``input, weight, bias,
+    mean, invvar``). The statistics :math:`\mu, r` were made in untracked forward and are not
+    outputs, so in the second backward they are constants. x is saved too and tracked, so
+    nothing errors and the first derivative is right, but the Hessian misses every term through
+    :math:`\partial\mu/\partial x` and :math:`\partial r/\partial x`: silently wrong. The fixes
+    are :class:`double_backward.functions.layer_norm.LayerNorm` (recompute them) and
+    :class:`double_backward.functions.layer_norm.LayerNormWithStatistics` (return them).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x, normalized_shape, weight=None, bias=None, eps=1e-5):
+        dims = layer_norm.normalized_dims(
+            "LayerNormSavesStatistics", x, normalized_shape, weight, bias, eps
+        )
+        mean, rstd = layer_norm.statistics(x, dims, eps)
+        # The mistake: mean and rstd are saved, but were made untracked and are not outputs.
+        ctx.save_for_backward(x, weight, mean, rstd)
+        ctx.dims = dims
+        y = (x - mean) * rstd
+        y = y if weight is None else y * weight
+        return y if bias is None else y + bias
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor):
+        x, weight, mean, rstd = ctx.saved_tensors
+        needs_x, _, needs_weight, needs_bias, _ = ctx.needs_input_grad
+        grad_x, grad_weight, grad_bias = layer_norm.layer_norm_backward(
+            grad_out, (x - mean) * rstd, rstd, weight, ctx.dims,
+            (needs_x, needs_weight, needs_bias),
+        )  # fmt: skip
+        return grad_x, None, grad_weight, grad_bias, None
+
+
+def layer_norm_saves_statistics(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """LayerNorm by :class:`LayerNormSavesStatistics` (broken at second order)."""
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    return LayerNormSavesStatistics.apply(x, tuple(normalized_shape), weight, bias, eps)

@@ -119,6 +119,8 @@ def bench_functions(session: nox.Session) -> None:
     """Time each Function against its native op, count saved bytes; `-- --quick` to try."""
     install(session)
     session.run("python", "benchmarks/functions.py", *session.posargs)
+    # The softmax and LayerNorm Functions of "Deriving double backward", into their own JSON.
+    session.run("python", "benchmarks/softmax_layer_norm.py", *session.posargs)
 
 
 # A reader's venv: torch and the package's other dependencies, nothing of this project. The

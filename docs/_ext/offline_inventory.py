@@ -21,6 +21,8 @@ _TORCH_GENERATED = [
     ("py:function", "torch.exp"),
     ("py:function", "torch.sinh"),
     ("py:function", "torch.cosh"),
+    ("py:function", "torch.softmax"),
+    ("py:function", "torch.nn.functional.layer_norm"),
     ("py:function", "torch.pow"),
     ("py:function", "torch.from_numpy"),
     ("py:function", "torch.result_type"),
@@ -121,6 +123,11 @@ INVENTORIES = {
                 "py:class",
                 "collections.abc.Callable",
                 "library/collections.abc.html#collections.abc.Callable",
+            ),
+            (
+                "py:class",
+                "collections.abc.Sequence",
+                "library/collections.abc.html#collections.abc.Sequence",
             ),
             (
                 "py:class",

@@ -12,7 +12,7 @@ the row:
 
 .. math::
 
-   \bar{x} = r\,\big(\hat{g} - \overline{\hat{g}} - \hat{x}\,\overline{\hat{g}\odot\hat{x}}\big),
+   \bar{x} = r\,(\hat{g} - \overline{\hat{g}} - \hat{x}\,\overline{\hat{g}\odot\hat{x}}),
    \qquad \bar{w} = \textstyle\sum_{\text{rows}} \bar{y} \odot \hat{x},
    \qquad \bar{b} = \textstyle\sum_{\text{rows}} \bar{y}.
 

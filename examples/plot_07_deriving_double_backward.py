@@ -397,7 +397,8 @@ for name, norm in (("LayerNorm", layer_norm),
 # too. Its double backward formula accounts for their dependence on :math:`x` by hand, so its
 # second derivative is right; its third derivative differentiates that formula with the
 # statistics as constants (`pytorch/pytorch#175754
-# <https://github.com/pytorch/pytorch/issues/175754>`_). So for the third order the reference is
+# <https://github.com/pytorch/pytorch/issues/175754>`_; a fix may make it an error instead,
+# which the table would show). So for the third order the reference is
 # LayerNorm composed of native elementwise ops and reductions, each right at every order, and
 # finite differences: :func:`~torch.autograd.gradgradcheck` of the gradient.
 
@@ -418,7 +419,13 @@ print(f"torch {torch.__version__}; largest difference from the composed LayerNor
 print(f"{'':<24}{'value':>10}{'gradient':>10}{'HVP':>10}{'third':>10}")
 for name, norm in (("F.layer_norm", F.layer_norm), ("LayerNorm", layer_norm),
                    ("LayerNormWithStatistics", layer_norm_with_statistics)):  # fmt: skip
-    got = directional_derivatives(lambda t, norm=norm: norm(t, (8,), w_ln, b_ln), x_ln)
+    try:
+        got = directional_derivatives(
+            lambda t, norm=norm: norm(t, (8,), w_ln, b_ln), x_ln
+        )
+    except RuntimeError as error:  # a torch that refuses the third order says so
+        print(f"{name:<24}RuntimeError: {str(error).splitlines()[0]}")
+        continue
     cells = "".join(
         f"{(a - b).abs().max().item():>10.0e}"
         for a, b in zip(got, reference, strict=True)
@@ -426,7 +433,7 @@ for name, norm in (("F.layer_norm", F.layer_norm), ("LayerNorm", layer_norm),
     print(f"{name:<24}{cells}")
 
 # %%
-# Finite differences agree with the composed op, not with the native one:
+# Finite differences decide between them: :func:`~torch.autograd.gradgradcheck` of each gradient.
 x_fd = torch.randn(3, 6, dtype=torch.float64, requires_grad=True)
 grad_out6 = torch.randn(3, 6, dtype=torch.float64)
 for name, norm in (("F.layer_norm", F.layer_norm), ("LayerNorm", layer_norm)):
@@ -438,7 +445,7 @@ for name, norm in (("F.layer_norm", F.layer_norm), ("LayerNorm", layer_norm)):
     try:
         print(f"{name:<14} gradgradcheck of the gradient passed: "
               f"{gradgradcheck(gradient, (x_fd,))}")  # fmt: skip
-    except GradcheckError as error:
+    except (GradcheckError, RuntimeError) as error:
         first_line = str(error).splitlines()[0].rstrip(",")
         print(f"{name:<14} gradgradcheck of the gradient: {first_line}")
 

@@ -127,4 +127,4 @@ torch.testing.assert_close(forward_over_reverse, reverse_over_reverse)
 # Write new Functions in the ``setup_context`` style, give them a ``jvp`` when forward mode
 # may be used, and a vmap rule (generated for torch operations, hand-written otherwise).
 # :func:`double_backward.check` reports which transforms a Function supports. Next:
-# :doc:`plot_08_higher_orders`.
+# :doc:`plot_07_deriving_double_backward`, for ops that are not elementwise.

@@ -13,8 +13,14 @@ cells differ and how to measure again: the committed results are only as good as
 
 Results are JSON objects whose keys are cells (a row and column, a scenario title); a cell that
 is live but missing from a committed file (a row added since) is "not measured" there, not an
-error. To add a product, write a ``measure() -> dict`` in its extension and one line in
-:data:`PRODUCTS`.
+error. A product too slow to measure at every build (a scan of minutes) uses
+:func:`committed_or_measured` instead: the installed release's committed file is used as it is.
+
+To add a product: write ``measure()`` in its extension, returning the results (or a pair,
+the results and an ``about`` dict of facts recorded but never compared, such as a duration),
+add one line to :data:`PRODUCTS`, and in its Sphinx hook render ``by_version(name, measure())``
+(or ``committed_or_measured(name, measure)``), with the committed files in its digest
+(:func:`committed_files`). ``nox -s matrix -- 2.14.1`` then writes its file with the others.
 """
 
 from __future__ import annotations
@@ -22,9 +28,11 @@ from __future__ import annotations
 import datetime
 import importlib
 import json
+import os
 import platform
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -50,6 +58,8 @@ class Measurement:
     measured: str  # when, "2026-12-03 18:40 UTC"; "at build time" for a live result
     results: dict[str, Any]
     live: bool = False
+    # Recorded with the results but never compared (how long the measurement took, counts).
+    about: dict[str, Any] = field(default_factory=dict)
 
 
 def release(torch_version: str) -> str:
@@ -76,12 +86,20 @@ def committed_files(name: str) -> list[Path]:
 
 
 def read(file: Path) -> Measurement:
-    data = json.loads(file.read_text())
-    return Measurement(data["torch"], data["measured"], data["results"])
+    data = json.loads(file.read_text(encoding="utf-8"))
+    return Measurement(
+        data["torch"], data["measured"], data["results"], about=data.get("about", {})
+    )
 
 
-def write(name: str, results: dict[str, Any], torch_version: str | None = None) -> Path:
-    """Commit-ready JSON of ``results`` measured now on ``torch_version`` (the installed one)."""
+def write(
+    name: str,
+    results: dict[str, Any],
+    torch_version: str | None = None,
+    about: dict[str, Any] | None = None,
+) -> Path:
+    """Commit-ready JSON of ``results`` measured now on ``torch_version`` (the installed one);
+    ``about``: facts kept beside them that no check compares (a duration, say)."""
     torch_version = torch_version or version("torch")
     file = path(name, torch_version)
     file.parent.mkdir(parents=True, exist_ok=True)
@@ -94,15 +112,14 @@ def write(name: str, results: dict[str, Any], torch_version: str | None = None) 
         "machine": f"{platform.machine()}, {_cpus()} CPUs",
         "results": results,
     }
-    file.write_text(
-        json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
-    )
+    if about:
+        data["about"] = about
+    text = json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    file.write_text(text, encoding="utf-8")
     return file
 
 
 def _cpus() -> int:
-    import os
-
     return (
         len(os.sched_getaffinity(0))
         if hasattr(os, "sched_getaffinity")
@@ -147,6 +164,21 @@ def by_version(
     return dict(sorted(measurements.items(), key=lambda item: release_key(item[0])))
 
 
+def committed_or_measured(
+    name: str, measure: Callable[[], dict[str, Any]], installed: str | None = None
+) -> dict[str, Measurement]:
+    """As :func:`by_version`, for a product too slow to measure at every build (minutes): the
+    installed release's committed file is taken as it is, unchecked; ``measure`` runs, and
+    its result is written, only when that release has none. Its check is then
+    ``nox -s matrix`` writing the same file again."""
+    installed = release(installed or version("torch"))
+    if not path(name, installed).exists():
+        results, about = _results_and_about(measure())
+        write(name, results, installed, about)
+    measurements = {read(file).torch: read(file) for file in committed_files(name)}
+    return dict(sorted(measurements.items(), key=lambda item: release_key(item[0])))
+
+
 def changed_cells(
     measurements: dict[str, Measurement], shown=lambda value: value
 ) -> dict[str, dict[str, Any]]:
@@ -164,6 +196,10 @@ def changed_cells(
     }
 
 
+def _results_and_about(measured) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    return measured if isinstance(measured, tuple) else (measured, None)
+
+
 def measure_all() -> list[Path]:
     """Measure every product with the installed torch and write its JSON."""
     sys.path.insert(0, str(Path(__file__).parent))
@@ -171,7 +207,8 @@ def measure_all() -> list[Path]:
     for name, target in PRODUCTS.items():
         module_name, function = target.split(":")
         measure = getattr(importlib.import_module(module_name), function)
-        written.append(write(name, measure()))
+        results, about = _results_and_about(measure())
+        written.append(write(name, results, about=about))
     return written
 
 

@@ -68,6 +68,27 @@ def test_live_result_differing_from_its_committed_file_fails_saying_where(data_d
     assert "nox -s matrix -- 2.13.0" in message
 
 
+def test_facts_about_a_measurement_are_kept_but_not_compared(data_dir):
+    vr.write("product", {"a": 1}, "2.13.0", about={"seconds": 12})
+    assert vr.read(vr.path("product", "2.13.0")).about == {"seconds": 12}
+    assert vr.by_version("product", {"a": 1}, installed="2.13.0")["2.13.0"].live
+
+
+def test_a_slow_product_is_measured_only_for_a_release_with_no_file(data_dir):
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return {"a": len(calls)}, {"seconds": 600}
+
+    first = vr.committed_or_measured("slow", measure, installed="2.14.1")
+    again = vr.committed_or_measured("slow", measure, installed="2.14.1+cu130")
+    assert len(calls) == 1
+    assert first["2.14.1"].results == again["2.14.1"].results == {"a": 1}
+    assert again["2.14.1"].about == {"seconds": 600}
+    assert vr.path("slow", "2.14.1").exists()
+
+
 def test_changed_cells_compare_what_is_shown_among_releases_that_have_the_cell():
     measurements = {
         "2.13.0": vr.Measurement("2.13.0", "", {"a": "pass", "b": "E1", "c": "pass"}),

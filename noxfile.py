@@ -136,7 +136,7 @@ def matrix(session: nox.Session) -> None:
     if unknown:
         session.error(
             f"Not a tested torch release: {', '.join(unknown)}. Tested: "
-            f"{', '.join(TORCH_VERSIONS)} (TORCH_VERSIONS in noxfile.py)."
+            f"{', '.join(TORCH_VERSIONS)} (tested-torch in pyproject.toml)"
         )
     require_graphviz(session)
     require_compiler(session)

@@ -2,7 +2,11 @@
 
 Each scenario below runs a wrong pattern from ``double_backward`` and captures the exact
 message the installed torch raises, so the index stays true when torch changes its wording.
-The sections are written to ``_generated/error_messages.md``, which ``errors.md`` includes.
+The other tested torch releases' messages come from ``docs/_data/error_index/`` (written by
+``nox -s matrix``, see ``versioned_results.py``); where two releases differ, the index shows
+both. The sections are written to ``_generated/error_messages.md``, which ``errors.md``
+includes. To add a scenario, append a ``(title, scenario, cause, fix, page)`` entry to
+:data:`SCENARIOS`; until ``nox -s matrix`` runs again, the other releases show it as not measured.
 """
 
 from __future__ import annotations

@@ -118,8 +118,9 @@ def torch_venv(session: nox.Session, torch_version: str) -> str:
 @nox.session(venv_backend="none")
 @nox.parametrize("torch", TORCH_VERSIONS, ids=TORCH_VERSIONS)
 def tests_torch(session: nox.Session, torch: str) -> None:
-    """The test suite on one torch release: `nox -s tests_torch` runs every tested one,
-    `nox -s tests_torch-2.14.1` one of them. Arguments after `--` go to pytest."""
+    """The test suite on each tested torch release; `nox -s "tests_torch(2.14.1)"`: on one.
+
+    Arguments after `--` go to pytest."""
     require_graphviz(session)
     require_compiler(session)
     python = torch_venv(session, torch)
@@ -128,9 +129,10 @@ def tests_torch(session: nox.Session, torch: str) -> None:
 
 @nox.session(venv_backend="none")
 def matrix(session: nox.Session) -> None:
-    """Measure the compatibility matrix and the error index on other torch releases and write
-    docs/_data/<name>/torch-<version>.json, to commit: `nox -s matrix -- 2.14.1`. Without
-    arguments, every tested release. The docs build shows them beside the installed torch's."""
+    """Measure the matrix and error index on a torch release, to commit: `-- 2.14.1`.
+
+    Writes docs/_data/<name>/torch-<release>.json; without arguments, for every tested
+    release. The docs build shows them beside the installed torch's."""
     releases = session.posargs or TORCH_VERSIONS
     unknown = sorted(set(releases) - set(TORCH_VERSIONS))
     if unknown:

@@ -171,10 +171,10 @@ def committed_or_measured(
     installed release's committed file is taken as it is, unchecked; ``measure`` runs, and
     its result is written, only when that release has none. Its check is then
     ``nox -s matrix`` writing the same file again."""
-    installed = release(installed or version("torch"))
-    if not path(name, installed).exists():
+    build = installed or version("torch")
+    if not path(name, build).exists():
         results, about = _results_and_about(measure())
-        write(name, results, installed, about)
+        write(name, results, build, about)
     measurements = {read(file).torch: read(file) for file in committed_files(name)}
     return dict(sorted(measurements.items(), key=lambda item: release_key(item[0])))
 

@@ -72,6 +72,81 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "--cov", "--cov-report=term-missing", *session.posargs)
 
 
+# The torch releases the suite is run on: the pin (constraints.txt) and the newest release.
+# The lowest is pyproject's floor (see the README); tests/test_torch_versions.py checks it.
+TORCH_VERSIONS = PYPROJECT["tool"]["double_backward"]["tested-torch"]
+
+
+def cache_root() -> Path:
+    """The package's cache folder (the C++ build's too): ``$DOUBLE_BACKWARD_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/double_backward`` or ``~/.cache/double_backward``."""
+    configured = os.environ.get("DOUBLE_BACKWARD_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "double_backward"
+
+
+def torch_venv(session: nox.Session, torch_version: str) -> str:
+    """A venv with ``torch==torch_version``, the package (editable) and the test group.
+
+    Kept in the cache folder, outside the clone, so that torch (5.5 GB for 2.14.1) is installed
+    once per machine, not once per clone: CI's fresh clone reuses it. Every run re-applies the
+    install, which is quick when nothing changed and completes an interrupted one.
+    Returns the venv's python.
+    """
+    abi = f"py{sys.version_info.major}{sys.version_info.minor}"
+    venv = cache_root() / "venvs" / f"torch-{torch_version}-{abi}"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        session.run_install(sys.executable, "-m", "venv", str(venv), external=True)
+    # The project's pins, with torch's replaced by the one asked for.
+    pins = [
+        line for line in Path(CONSTRAINTS).read_text().splitlines()
+        if not line.replace(" ", "").startswith("torch==")
+    ]  # fmt: skip
+    constraints = venv / "constraints.txt"
+    constraints.write_text("\n".join([*pins, f"torch=={torch_version}", ""]))
+    requirements = nox.project.dependency_groups(PYPROJECT, "test")
+    session.run_install(
+        str(python), "-m", "pip", "install", "--quiet", "-c", str(constraints),
+        "-e", str(ROOT), *requirements, external=True,
+    )  # fmt: skip
+    return str(python)
+
+
+@nox.session(venv_backend="none")
+@nox.parametrize("torch", TORCH_VERSIONS, ids=TORCH_VERSIONS)
+def tests_torch(session: nox.Session, torch: str) -> None:
+    """The test suite on each tested torch release; `nox -s "tests_torch(2.14.1)"`: on one.
+
+    Arguments after `--` go to pytest."""
+    require_graphviz(session)
+    require_compiler(session)
+    python = torch_venv(session, torch)
+    session.run(python, "-m", "pytest", *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none")
+def matrix(session: nox.Session) -> None:
+    """Measure the matrix and error index on a torch release, to commit: `-- 2.14.1`.
+
+    Writes docs/_data/<name>/torch-<release>.json; without arguments, for every tested
+    release. The docs build shows them beside the installed torch's."""
+    releases = session.posargs or TORCH_VERSIONS
+    unknown = sorted(set(releases) - set(TORCH_VERSIONS))
+    if unknown:
+        session.error(
+            f"Not a tested torch release: {', '.join(unknown)}. Tested: "
+            f"{', '.join(TORCH_VERSIONS)} (tested-torch in pyproject.toml)"
+        )
+    require_graphviz(session)
+    require_compiler(session)
+    for release in releases:
+        python = torch_venv(session, release)
+        session.run(python, "docs/_ext/versioned_results.py", external=True)
+
+
 @nox.session(reuse_venv=True)
 def docs(session: nox.Session) -> None:
     """Build the HTML docs, executing every example. Extra arguments go to sphinx-build."""

@@ -32,6 +32,7 @@ from error_index import (
 from source_digest import digest, regenerate
 from sphinx.application import Sphinx
 from sphinx.util import logging
+from versioned_results import Measurement, by_version, changed_cells, committed_files
 
 LOGGER = logging.getLogger(__name__)
 
@@ -222,8 +223,13 @@ def run_cell(column: str, row: Row) -> Cell:
 
     transform = COLUMNS[column]
     with warnings.catch_warnings():
-        # torch's own forward-AD set-up uses torch.jit.script, deprecated (pyproject says so).
-        warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated")
+        # torch's own forward-AD set-up uses torch.jit.script, deprecated (a DeprecationWarning
+        # in torch 2.13, a FutureWarning in 2.14; pyproject's filterwarnings says so).
+        warnings.filterwarnings(
+            "ignore",
+            "`torch.jit.script` is deprecated",
+            module=r"torch\.jit\._script\Z",
+        )
         warnings.filterwarnings("ignore", TORCH_INTERNAL_WARNING)
         # Dynamo's note that it cannot trace into a C++ extension: the graph break it
         # announces is counted and shown in the cell instead.
@@ -300,62 +306,180 @@ TABLES = {
 }  # fmt: skip
 
 
-def render(cells: dict[tuple[str, str], Cell], torch_version: str) -> str:
-    """The Markdown tables, then the legend of the errors they show."""
+def cell_key(key: str, column: str) -> str:
+    """A cell's key in the measured results: ``"Square (tutorial) | jacfwd"``."""
+    return f"{key} | {column}"
+
+
+@functools.cache
+def measure() -> dict[str, dict[str, str]]:
+    """Every cell with the installed torch, as JSON, each error with its index title:
+    what the build shows and what ``nox -s matrix`` commits for other torch releases.
+    Run once per process."""
+    results = {}
+    for (key, column), cell in run_matrix().items():
+        value = {"outcome": cell.outcome, "detail": cell.detail}
+        if cell.outcome == "error":
+            value["error"] = error_title(cell.detail)
+        results[cell_key(key, column)] = value
+    return results
+
+
+def _anchor(torch_version: str) -> str:
+    return "matrix-torch-" + torch_version.replace(".", "-")
+
+
+def render(measurements: dict[str, Measurement]) -> str:
+    """One pair of tables per torch release (oldest first), what changed between them, and
+    the legend of the errors they show, each error's message as each release printed it."""
     assert sorted(sum(TABLES.values(), [])) == sorted(COLUMNS), (
         "TABLES must show COLUMNS"
     )
-    errors: dict[str, str] = {}  # message -> index title, in order of first appearance
+    # E1, E2...: one number per error-index entry, in order of first appearance.
+    titles: list[str] = []
+    messages: dict[str, dict[str, str]] = {}  # title -> release -> message
 
-    def shown(cell: Cell) -> str:
-        if cell.outcome == "pass":
-            return "pass, eager" if cell.detail else "pass"
-        if cell.outcome == "wrong":
-            return f"**wrong**, {cell.detail}"
-        errors.setdefault(cell.detail, error_title(cell.detail))
-        number = list(errors).index(cell.detail) + 1
+    def shown(value: dict[str, str] | None) -> str:
+        if value is None:
+            return "not measured"
+        if value["outcome"] == "pass":
+            return "pass, eager" if value["detail"] else "pass"
+        if value["outcome"] == "wrong":
+            return f"**wrong**, {value['detail']}"
+        if value["error"] not in titles:
+            titles.append(value["error"])
+        number = titles.index(value["error"]) + 1
         return f"{{ref}}`E{number} <matrix-error-{number}>`"
 
-    lines = [
-        f"Generated with torch {torch_version}; `torch.compile` with the "
-        f"`{COMPILE_BACKEND}` backend.",
-    ]
-    for heading, columns in TABLES.items():
-        headers = [HEADERS.get(column, column) for column in columns]
-        lines += [
-            "",
-            f"## {heading}",
-            "",
-            "| Function | " + " | ".join(headers) + " |",
-            "|---" * (len(columns) + 1) + "|",
+    keys = [f"{row.label} ({row.style})" for row in ROWS]
+    changed = changed_cells(measurements, shown=_outcome_and_title)
+    tables: list[str] = []
+    # cell -> its value in the previous release that measured it
+    last_seen: dict[str, dict[str, str]] = {}
+    for torch_version, measurement in measurements.items():
+        results = measurement.results
+        tables += ["", f"({_anchor(torch_version)})=", f"## torch {torch_version}"]
+        missing = [
+            cell_key(key, column)
+            for key in keys
+            for column in COLUMNS
+            if cell_key(key, column) not in results
         ]
-        for row in ROWS:
-            key = f"{row.label} ({row.style})"
-            rendered = [shown(cells[key, column]) for column in columns]
+        if missing:
+            tables += [
+                "",
+                f"{len(missing)} cells were added after this measurement and show *not "
+                f"measured*: `nox -s matrix -- {torch_version}` measures them.",
+            ]
+        for heading, columns in TABLES.items():
+            headers = [HEADERS.get(column, column) for column in columns]
+            tables += [
+                "",
+                f"### torch {torch_version}: {heading}",
+                "",
+                "| Function | " + " | ".join(headers) + " |",
+                "|---" * (len(columns) + 1) + "|",
+            ]
+            for row, key in zip(ROWS, keys, strict=True):
+                rendered = []
+                for column in columns:
+                    cell = cell_key(key, column)
+                    text = shown(results.get(cell))
+                    if (
+                        cell in results
+                        and cell in last_seen
+                        and (
+                            _outcome_and_title(results[cell])
+                            != _outcome_and_title(last_seen[cell])
+                        )
+                    ):
+                        text += ", *changed*"
+                    rendered.append(text)
+                tables.append(
+                    f"| `{row.label}` ({row.style}) | " + " | ".join(rendered) + " |"
+                )
+        for cell, value in results.items():
+            last_seen[cell] = value
+            if value["outcome"] == "error":
+                messages.setdefault(value["error"], {})[torch_version] = value["detail"]
+
+    described = []
+    for torch_version, measurement in measurements.items():
+        where = (
+            "run when this page was built"
+            if measurement.live
+            else f"measured {measurement.measured} by `nox -s matrix -- {torch_version}`"
+        )
+        described.append(
+            f"{{ref}}`torch {torch_version} <{_anchor(torch_version)}>` ({where})"
+        )
+    lines = [
+        "Tested on " + " and ".join(described) + "; `torch.compile` with the "
+        f"`{COMPILE_BACKEND}` backend.",
+        "",
+        "## What changed between torch releases",
+        "",
+    ]
+    if changed:
+        lines += ["These cells differ (marked *changed* in the later tables):", ""]
+        for cell, values in changed.items():
+            key, column = cell.split(" | ")
             lines.append(
-                f"| `{row.label}` ({row.style}) | " + " | ".join(rendered) + " |"
+                f"- `{key}`, {column}: "
+                + "; ".join(
+                    f"torch {tv}: {shown(value)}" for tv, value in values.items()
+                )
             )
+    elif len(measurements) == 1:
+        lines.append("One torch release measured: nothing to compare.")
+    else:
+        lines.append(
+            "No cell differs between torch " + " and ".join(measurements) + "."
+        )
+    lines += tables
     lines += ["", "## The errors in the tables", ""]
-    for number, (message, title) in enumerate(errors.items(), start=1):
+    for number, title in enumerate(titles, start=1):
+        by_release = messages[title]
+        if len(set(by_release.values())) == 1:
+            printed = f"`{_escape(next(iter(by_release.values())))}`."
+        else:
+            printed = " ".join(
+                f"torch {tv}: `{_escape(message)}`."
+                for tv, message in by_release.items()
+            )
         lines += [
             f"(matrix-error-{number})=",
-            f"**E{number}**: `{_escape(message)}`. Error index: "
+            f"**E{number}**: {printed} Error index: "
             f"[{title}](project:errors.md#{_slug(title)}).",
             "",
         ]
     return "\n".join(lines)
 
 
+def _outcome_and_title(value: dict[str, str]) -> tuple[str, str]:
+    """What a cell shows: the outcome and the error's index entry, not the error's wording
+    (a reworded message is shown in the error index)."""
+    return value["outcome"], value.get("error", value["detail"])
+
+
 def _write_matrix(app: Sphinx) -> None:
-    # Running the cells compiles 14 functions (seconds): redo it only when torch or the code
-    # changed, keyed like the error index (this file and error_index.py included).
+    # Running the cells compiles 14 functions (seconds): redo it only when torch, the code or
+    # a committed measurement changed (this file and error_index.py included).
     path = Path(app.srcdir) / "_generated" / "compatibility_matrix.md"
     extension_dir = Path(__file__).parent
     key = digest(
-        Path(__file__), extension_dir / "error_index.py", salt=version("torch")
+        Path(__file__),
+        extension_dir / "error_index.py",
+        extension_dir / "versioned_results.py",
+        *committed_files("compatibility_matrix"),
+        salt=version("torch"),
     )
     started = time.perf_counter()
-    if regenerate(path, key, lambda: render(run_matrix(), version("torch"))):
+
+    def make() -> str:
+        return render(by_version("compatibility_matrix", measure()))
+
+    if regenerate(path, key, make):
         LOGGER.info(
             "compatibility matrix: %d cells in %.1f s",
             len(ROWS) * len(COLUMNS),
@@ -368,4 +492,4 @@ def setup(app: Sphinx) -> dict[str, object]:
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 
-__all__ = ["COLUMNS", "ROWS", "Cell", "Row", "render", "run_matrix"]
+__all__ = ["COLUMNS", "ROWS", "Cell", "Row", "measure", "render", "run_matrix"]

@@ -2,7 +2,11 @@
 
 Each scenario below runs a wrong pattern from ``double_backward`` and captures the exact
 message the installed torch raises, so the index stays true when torch changes its wording.
-The sections are written to ``_generated/error_messages.md``, which ``errors.md`` includes.
+The other tested torch releases' messages come from ``docs/_data/error_index/`` (written by
+``nox -s matrix``, see ``versioned_results.py``); where two releases differ, the index shows
+both. The sections are written to ``_generated/error_messages.md``, which ``errors.md``
+includes. To add a scenario, append a ``(title, scenario, cause, fix, page)`` entry to
+:data:`SCENARIOS`; until ``nox -s matrix`` runs again, the other releases show it as not measured.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 
 from source_digest import digest, regenerate
 from sphinx.application import Sphinx
+from versioned_results import Measurement, by_version, committed_files
 
 # Raised by torch.compile's own tracing of an old-style Function, not by the code traced.
 TORCH_INTERNAL_WARNING = (
@@ -199,40 +204,111 @@ def first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {str(error).strip().splitlines()[0].rstrip(',')}"
 
 
+class RaisedNothing(RuntimeError):
+    """A scenario ran without raising: the installed torch no longer prints its message."""
+
+
 def captured_message(scenario: Callable[[], None]) -> str:
     """The ``Type: message`` the scenario raises; fails loudly if it raises nothing."""
     try:
         scenario()
     except Exception as error:  # noqa: BLE001 - any error is what we want to capture
         return first_line(error)
-    raise RuntimeError(f"error_index: {scenario.__name__} raised no error")
+    raise RaisedNothing(f"error_index: {scenario.__name__} raised no error")
 
 
 @functools.cache
+def measure() -> dict[str, str | None]:
+    """Each scenario's title -> its message with the installed torch, ``None`` when it raised
+    nothing: what the build shows and what ``nox -s matrix`` commits for other releases.
+    Run once per process (the compatibility matrix looks its messages up here too)."""
+    results: dict[str, str | None] = {}
+    for title, scenario, *_ in SCENARIOS:
+        try:
+            results[title] = captured_message(scenario)
+        except RaisedNothing:
+            results[title] = None
+    return results
+
+
 def captured_messages() -> tuple[tuple[str, str], ...]:
-    """(title, message) of every scenario, raised once per process."""
-    return tuple(
-        (title, captured_message(scenario)) for title, scenario, *_ in SCENARIOS
-    )
+    """(title, message) of every scenario with the installed torch; every one must raise."""
+    for (title, scenario, *_), message in zip(
+        SCENARIOS, measure().values(), strict=True
+    ):
+        if message is None:
+            raise RaisedNothing(
+                f"error_index: {scenario.__name__} ({title}) raised no error"
+            )
+    return tuple(measure().items())
 
 
-def table() -> str:
-    """One section per message: the message as raised, its cause, its fix, where explained."""
+def _printed_by(releases: list[str]) -> str:
+    return "Printed by torch " + " and ".join(releases) + "."
+
+
+def _code_cell(message: str | None) -> str:
+    """A message inside a Markdown table cell: a code span, its pipes escaped."""
+    if message is None:
+        return "raised no error"
+    return "`` " + message.replace("|", "\\|") + " ``"
+
+
+def printed(title: str, measurements: dict[str, Measurement]) -> str:
+    """The message as each torch release printed it: one block when they agree, side by side
+    when they differ; the releases that did not measure this scenario are named."""
+    by_release = {
+        tv: m.results[title] for tv, m in measurements.items() if title in m.results
+    }
+    unmeasured = [tv for tv in measurements if tv not in by_release]
+    if len(set(by_release.values())) == 1:
+        text = (
+            f"```text\n{next(iter(by_release.values()))}\n```\n\n"
+            f"{_printed_by(list(by_release))}"
+        )
+    else:
+        header = " | ".join(f"torch {tv}" for tv in by_release)
+        cells = " | ".join(_code_cell(message) for message in by_release.values())
+        text = (
+            "The message differs between torch releases:\n\n"
+            f"| {header} |\n" + "|---" * len(by_release) + f"|\n| {cells} |"
+        )
+    if unmeasured:
+        text += (
+            f" Not measured on torch {' and '.join(unmeasured)} (added since): "
+            f"`nox -s matrix -- {unmeasured[0]}`."
+        )
+    return text
+
+
+def table(measurements: dict[str, Measurement]) -> str:
+    """One section per scenario: the message as each torch release printed it, its cause, its
+    fix, where explained."""
     sections = []
-    messages = dict(captured_messages())
     for title, _, cause, fix, page in SCENARIOS:
         sections.append(
-            f"## {title}\n\n```text\n{messages[title]}\n```\n\n"
+            f"## {title}\n\n{printed(title, measurements)}\n\n"
             f"- **Cause:** {cause}\n- **Fix:** {fix}\n- **Explained in:** {{doc}}`/{page}`\n"
         )
     return "\n".join(sections)
 
 
 def _write_table(app: Sphinx) -> None:
-    # Raising the errors imports torch (seconds): redo it only when torch or the code changed.
+    # Raising the errors imports torch (seconds): redo it only when torch, the code or a
+    # committed measurement changed.
     path = Path(app.srcdir) / "_generated" / "error_messages.md"
-    key = digest(Path(__file__), salt=version("torch"))  # torch, the package, this file
-    regenerate(path, key, table)
+    key = digest(  # torch, the package, this file, the committed messages
+        Path(__file__),
+        Path(__file__).with_name("versioned_results.py"),
+        *committed_files("error_index"),
+        salt=version("torch"),
+    )
+
+    def make() -> str:
+        captured_messages()  # every scenario must raise with the installed torch
+        return table(by_version("error_index", measure()))
+
+    regenerate(path, key, make)
 
 
 def setup(app: Sphinx) -> dict[str, object]:

@@ -218,13 +218,13 @@ def test_compile_claims(key):
 
 @TORCH_INTERNAL_WARNINGS
 def test_generated_matrix_says_what_the_claims_say():
-    cells = matrix.run_matrix()
-    for (key, column), cell in cells.items():
-        claimed = CLAIMS[key][2][column]
-        if cell.outcome == "error":
-            assert matrix.error_title(cell.detail) == claimed, (key, column)
-        else:
-            assert cell.outcome == claimed, (key, column, cell)
+    cells = matrix.measure()
+    assert len(cells) == len(CLAIMS) * len(matrix.COLUMNS)
+    for key, (_, _, claims) in CLAIMS.items():
+        for column, claimed in claims.items():
+            cell = cells[matrix.cell_key(key, column)]
+            shown = cell["error"] if cell["outcome"] == "error" else cell["outcome"]
+            assert shown == claimed, (key, column, cell)
 
 
 def test_unknown_error_message_fails_the_build():
@@ -232,25 +232,68 @@ def test_unknown_error_message_fails_the_build():
         matrix.error_title("RuntimeError: a message nobody indexed")
 
 
-def test_render_links_each_error_to_its_index_entry_and_states_the_torch_version():
-    cells = {
-        (f"{row.label} ({row.style})", column): matrix.Cell(PASS)
+def _all(value):
+    return {
+        matrix.cell_key(f"{row.label} ({row.style})", column): dict(value)
         for row in matrix.ROWS
         for column in matrix.COLUMNS
     }
+
+
+PASSED = {"outcome": PASS, "detail": ""}
+FAKE_TITLE = "Double backward through torch.compile"
+
+
+def test_render_links_each_error_to_its_index_entry_and_states_the_torch_version():
+    cells = _all(PASSED)
     message = dict(error_index.captured_messages())[COMPILE]
-    cells["Square (tutorial)", "compile, double backward"] = matrix.Cell(
-        "error", message
-    )
-    cells["cube (custom op)", "jvp"] = matrix.Cell(WRONG, "off by 12")
-    page = matrix.render(cells, "9.9.9")
+    cells["Square (tutorial) | compile, double backward"] = {
+        "outcome": "error", "detail": message, "error": COMPILE
+    }  # fmt: skip
+    cells["cube (custom op) | jvp"] = {"outcome": WRONG, "detail": "off by 12"}
+    page = matrix.render({"9.9.9": matrix.Measurement("9.9.9", "", cells, live=True)})
     table_lines = [line for line in page.splitlines() if line.startswith("|")]
     assert len({line.replace("\\|", "").count("|") for line in table_lines}) == 2, (
         "every row of a table has as many cells as its header"
     )
     assert len(table_lines) == 2 * (len(matrix.ROWS) + 2)
     assert "torch 9.9.9" in page
+    assert "(run when this page was built)" in page
     assert "{ref}`E1 <matrix-error-1>`" in page
     assert "(project:errors.md#double-backward-through-torchcompile)" in page
     assert "**wrong**, off by 12" in page
     assert page.count("| pass |") >= 1
+    assert "One torch release measured" in page
+
+
+def test_render_shows_each_release_and_the_cells_that_changed_between_them():
+    message = dict(error_index.captured_messages())[COMPILE]
+    old = _all(PASSED)
+    old["Square (tutorial) | compile, double backward"] = {
+        "outcome": "error", "detail": message, "error": COMPILE
+    }  # fmt: skip
+    new = _all(PASSED)
+    new["Square (tutorial) | compile, double backward"] = {
+        "outcome": "error", "detail": "RuntimeError: reworded", "error": COMPILE
+    }  # fmt: skip
+    new["Exp (tutorial) | jvp"] = {"outcome": WRONG, "detail": "off by 1"}
+    del new["Cos (tutorial) | vmap"]  # a row measured on one release only
+    page = matrix.render({
+        "2.13.0": matrix.Measurement("2.13.0", "at build time", old, live=True),
+        "2.14.1": matrix.Measurement("2.14.1", "2026-12-03 18:40 UTC", new),
+    })  # fmt: skip
+    assert "## torch 2.13.0" in page and "## torch 2.14.1" in page
+    assert "measured 2026-12-03 18:40 UTC by `nox -s matrix -- 2.14.1`" in page
+    table_lines = [line for line in page.splitlines() if line.startswith("|")]
+    assert len(table_lines) == 2 * 2 * (len(matrix.ROWS) + 2)
+    # One changed cell: the reworded message is the same index entry, so not a change.
+    changes = [line for line in page.splitlines() if line.startswith("- `")]
+    assert changes == [
+        "- `Exp (tutorial)`, jvp: torch 2.13.0: pass; torch 2.14.1: **wrong**, off by 1"
+    ]
+    assert page.count("*changed*") == 1 + 1  # the marked cell, and the legend's sentence
+    assert "**wrong**, off by 1, *changed*" in page
+    assert "1 cells were added after this measurement" in page
+    assert "not measured" in page
+    # The legend shows each release's wording of the one error.
+    assert f"torch 2.13.0: `{message}`. torch 2.14.1: `RuntimeError: reworded`." in page

@@ -1,0 +1,73 @@
+"""The error index per torch release: one block when the releases print the same message, the
+messages side by side when they differ, and the releases that did not measure a scenario named.
+The messages here are made up: what is checked is how the index shows them."""
+
+from __future__ import annotations
+
+import error_index
+import pytest
+from versioned_results import Measurement
+
+TITLE = "Marked once differentiable"
+
+
+def _releases(new: dict) -> dict[str, Measurement]:
+    old = {TITLE: "RuntimeError: old wording"}
+    return {
+        "2.13.0": Measurement("2.13.0", "at build time", old, live=True),
+        "2.14.1": Measurement("2.14.1", "2026-12-03 18:37 UTC", new),
+    }
+
+
+def test_one_message_shown_once_with_the_releases_that_printed_it():
+    text = error_index.printed(TITLE, _releases({TITLE: "RuntimeError: old wording"}))
+    assert text.count("RuntimeError: old wording") == 1
+    assert "```text\nRuntimeError: old wording\n```" in text
+    assert "Printed by torch 2.13.0 and 2.14.1." in text
+
+
+def test_changed_message_shown_side_by_side():
+    text = error_index.printed(TITLE, _releases({TITLE: "RuntimeError: a | b"}))
+    assert "differs between torch releases" in text
+    assert "| torch 2.13.0 | torch 2.14.1 |" in text
+    assert "| `` RuntimeError: old wording `` | `` RuntimeError: a \\| b `` |" in text
+    assert "```text" not in text
+
+
+def test_a_scenario_that_raised_nothing_on_a_release_says_so():
+    text = error_index.printed(TITLE, _releases({TITLE: None}))
+    assert "| `` RuntimeError: old wording `` | raised no error |" in text
+
+
+def test_a_scenario_added_since_a_measurement_is_not_measured_there():
+    text = error_index.printed(TITLE, _releases({}))
+    assert "Printed by torch 2.13.0." in text
+    assert "Not measured on torch 2.14.1" in text
+    assert "nox -s matrix -- 2.14.1" in text
+
+
+def test_every_scenario_has_a_section_in_order():
+    measurements = {
+        "2.13.0": Measurement(
+            "2.13.0", "", {title: f"E: {title}" for title, *_ in error_index.SCENARIOS}
+        )
+    }
+    page = error_index.table(measurements)
+    headings = [line[3:] for line in page.splitlines() if line.startswith("## ")]
+    assert headings == [title for title, *_ in error_index.SCENARIOS]
+
+
+def test_the_installed_torch_must_raise_every_scenario(monkeypatch):
+    def raises_nothing() -> None:
+        pass
+
+    monkeypatch.setattr(
+        error_index, "SCENARIOS", [("Nothing", raises_nothing, "c", "f", "p")]
+    )
+    error_index.measure.cache_clear()
+    try:
+        assert error_index.measure() == {"Nothing": None}
+        with pytest.raises(error_index.RaisedNothing, match="raises_nothing"):
+            error_index.captured_messages()
+    finally:
+        error_index.measure.cache_clear()

@@ -144,9 +144,19 @@ ATTENTION_CASES = {
 }
 
 
+@pytest.fixture(params=["one_block", "one_row_per_block"])
+def blocks(request, monkeypatch):
+    """Forward and the unrecorded backward run in blocks of queries: one, or several."""
+    if request.param == "one_row_per_block":
+        monkeypatch.setattr(ops, "BLOCK_ELEMENTS", 1)
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 @pytest.mark.parametrize("case", ATTENTION_CASES)
-def test_attention_matches_the_math_backend_to_the_third_derivative(case, dtype):
+def test_attention_matches_the_math_backend_to_the_third_derivative(
+    case, dtype, blocks
+):
     inputs, kwargs = ATTENTION_CASES[case]
     kwargs = {  # a float mask in the inputs' dtype
         name: value.to(dtype)
@@ -163,7 +173,7 @@ def test_attention_matches_the_math_backend_to_the_third_derivative(case, dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
-def test_attention_differentiates_an_additive_mask_like_the_math_backend(dtype):
+def test_attention_differentiates_an_additive_mask_like_the_math_backend(dtype, blocks):
     (q, k, v), _ = ATTENTION_CASES["plain"]
     # Broadcast over batch and queries: its gradients are summed.
     mask = randn(3, 1, 6, seed=4)
@@ -175,7 +185,9 @@ def test_attention_differentiates_an_additive_mask_like_the_math_backend(dtype):
     )
 
 
-def test_attention_passes_gradcheck_and_gradgradcheck_with_every_input_differentiable():
+def test_attention_passes_gradcheck_and_gradgradcheck_with_every_input_differentiable(
+    blocks,
+):
     (q, k, v), _ = ATTENTION_CASES["broadcast_batch_and_heads"]
     mask = randn(4, 6, seed=4)
     inputs = tuple(t.clone().requires_grad_() for t in (q, k, v, mask))
@@ -199,7 +211,7 @@ FULLY_MASKED[1] = False  # query 1 may look at no key
     ],
     ids=["bool", "additive_minus_inf"],
 )
-def test_a_fully_masked_query_gets_zeros_and_zero_derivatives_as_in_torch(mask):
+def test_a_fully_masked_query_gets_zeros_and_zero_derivatives_as_in_torch(mask, blocks):
     (q, k, v), _ = ATTENTION_CASES["plain"]
     out = ops.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     assert out[:, :, 1].eq(0).all()

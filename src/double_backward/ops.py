@@ -602,9 +602,12 @@ def ctc_loss(
     target length, then averaged). An impossible alignment gives ``inf``, or 0 with
     ``zero_infinity=True``, as in torch.
 
-    Why a recursion and not a Function: torch's CTC backward (``_ctc_loss_backward``) has no
-    derivative on the CPU, and the cuDNN kernel has none either, so no backend choice
-    gives a second order. The forward (α) recursion of Graves et al. (2006),
+    Why a recursion and not a backend choice: torch's native backward, ``_ctc_loss_backward``,
+    has no derivative (``derivative for aten::_ctc_loss_backward is not implemented``,
+    measured on torch 2.13 CPU). The cuDNN kernel, CUDA only and so not measured here,
+    computes the gradient inside its forward and its backward scales that saved tensor
+    (``CudnnCtcLossBackward0`` keeps ``result1`` in torch 2.13's generated autograd code); on
+    the CPU there is no other backend. The forward (α) recursion of Graves et al. (2006),
 
     .. math::
 
@@ -614,7 +617,9 @@ def ctc_loss(
 
     written with ``torch.logsumexp``, is differentiable by autograd to every order. The cost:
     a Python loop over the T time steps, and autograd keeps each step's (N, 2S + 1) states,
-    O(T·N·S) memory; torch's kernel is much faster for first-order training.
+    O(T·N·S) memory. For first-order training torch's kernel is the faster: forward +
+    backward at T=100, N=8, C=30, S=20, float32, one thread took 24-28 ms here against its
+    3 ms (torch 2.13 CPU, 2 shared cores).
 
     **Gradient convention**: this returns the true gradient with respect to ``log_probs``.
     torch's own CTC backward returns it plus :math:`p_t(c) \cdot \partial L/\partial

@@ -17,6 +17,12 @@ backward (:func:`double_backward.costs.peak_memory`, from torch.profiler's alloc
 It prints a table, the targets and whether each is met, and writes JSON (by default the
 package's ``measurements/functions.json``, which the "What it costs" page plots; ``--quick``
 writes nothing unless ``--output`` is given). Where CUDA is available it also runs on the GPU.
+
+It also measures :func:`double_backward.ops.scaled_dot_product_attention` against torch's MATH
+backend at B=2, H=8, L=S=1024, d=64 (float32, one thread, CPU): bytes kept beyond the inputs and
+the output, peak memory, and forward + backward and gradient-penalty time in paired rounds,
+against the targets; written to ``measurements/attention.json`` (``--part attention`` for this
+alone, ``--part functions`` to skip it).
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ The package is grouped by role:
   same cases in the modern API, higher orders, and the failures, broken on purpose;
 - :mod:`double_backward.checker`: :func:`check`, which tells whether your own Function
   supports double backward (torch and NumPy only);
-- :mod:`double_backward.graph`: drawing autograd graphs with torchviz, for the pages.
+- :mod:`double_backward.graph`: drawing autograd graphs with torchviz, for the pages;
+- :mod:`double_backward.ops`: replacements for built-ins that have no double backward
+  (``scaled_dot_product_attention``, ``cdist``, ``pdist``, ``ctc_loss``).
 
 The names are imported on first use, so that importing one module (the checker, say) does not
 import the others.
@@ -20,6 +22,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# Submodules reachable as attributes after ``import double_backward``.
+_SUBMODULES = ("ops",)
 
 # Public name -> the module that defines it.
 _EXPORTS = {
@@ -43,6 +48,8 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
     if name not in _EXPORTS:
         raise AttributeError(f"module 'double_backward' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
@@ -51,4 +58,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+    return sorted({*globals(), *_EXPORTS, *_SUBMODULES})

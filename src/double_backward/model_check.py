@@ -38,12 +38,12 @@ HIGHER_ORDERS_PAGE = DOCS_URL + "auto_examples/plot_08_higher_orders.html"
 FAILURES_PAGE = DOCS_URL + "auto_examples/plot_13_failure_gallery.html"
 
 _SDPA_FIX = (
-    "run attention under torch.nn.attention.sdpa_kernel(SDPBackend.MATH) (it saves the "
-    "L x L attention matrix), or call double_backward.ops.scaled_dot_product_attention"
+    "run attention under `torch.nn.attention.sdpa_kernel(SDPBackend.MATH)` (it saves the "
+    "L x L attention matrix), or call `double_backward.ops.scaled_dot_product_attention`"
 )
 _CDIST_FIX = (
-    'for p = 2, torch.cdist(..., compute_mode="use_mm_for_euclid_dist"); for any p, '
-    "double_backward.ops.cdist"
+    'for p = 2, `torch.cdist(..., compute_mode="use_mm_for_euclid_dist")`; for any p, '
+    "`double_backward.ops.cdist`"
 )
 #: The fix for each built-in whose double backward raises, by the op's name: the ATen
 #: operator an error names (its ``_backward`` stripped) or the op's OpInfo name. The built-ins
@@ -56,8 +56,20 @@ FIXES: dict[str, str] = {
     "nn.MultiheadAttention": _SDPA_FIX,
     "_cdist": _CDIST_FIX,
     "cdist": _CDIST_FIX,
-    "_pdist": "double_backward.ops.pdist",
-    "nn.functional.pdist": "double_backward.ops.pdist",
+    "_pdist": "`double_backward.ops.pdist`",
+    "nn.functional.pdist": "`double_backward.ops.pdist`",
+    # The same values from ops that have a double backward (their second derivative is 0).
+    "hardsigmoid": "`F.relu6(x + 3) / 6`, the same function",
+    "nn.functional.hardsigmoid": "`F.relu6(x + 3) / 6`, the same function",
+    "_embedding_bag_per_sample_weights": (
+        "`F.embedding(...) * per_sample_weights[:, None]`, then `index_add` per bag"
+    ),
+    "nn.functional.embedding_bag": (
+        "`F.embedding(...) * per_sample_weights[:, None]`, then `index_add` per bag"
+    ),
+    "native_layer_norm": (
+        "`F.layer_norm`, which does not return the mean and reciprocal standard deviation"
+    ),
 }
 _NO_FIX = (
     "no switch in torch: compute it with differentiable ops, or in a custom Function whose "
@@ -368,7 +380,7 @@ def _name_break(name: str, outcome: _Outcome, target: _Target) -> Break:
     if once or functions:
         node = (once or functions)[0]
         op = node._forward_cls.__name__
-        fix = ("backward is @once_differentiable: write it with differentiable ops "
+        fix = ("backward is `@once_differentiable`: write it with differentiable ops "
                f"(read: {HIGHER_ORDERS_PAGE})" if once else
                f"check it with double_backward.check (read: {FAILURES_PAGE})")  # fmt: skip
         return Break(name, op, outcome.kind or "", outcome.message, fix)

@@ -10,7 +10,9 @@ The package is grouped by role:
   supports double backward (torch and NumPy only);
 - :mod:`double_backward.model_check`: :func:`check_model`, the same question for a whole
   model, answered with the submodule and the op that break it;
-- :mod:`double_backward.graph`: drawing autograd graphs with torchviz, for the pages.
+- :mod:`double_backward.graph`: drawing autograd graphs with torchviz, for the pages;
+- :mod:`double_backward.ops`: replacements for built-ins that have no double backward
+  (``scaled_dot_product_attention``, ``cdist``, ``pdist``).
 
 The names are imported on first use, so that importing one module (the checker, say) does not
 import the others.
@@ -22,6 +24,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# Submodules reachable as attributes after ``import double_backward``.
+_SUBMODULES = ("ops",)
 
 # Public name -> the module that defines it.
 _EXPORTS = {
@@ -57,6 +62,8 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
     if name not in _EXPORTS:
         raise AttributeError(f"module 'double_backward' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
@@ -65,4 +72,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+    return sorted({*globals(), *_EXPORTS, *_SUBMODULES})

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.autograd import gradgradcheck
 
-from double_backward import check_model
+from double_backward import check_model, ops
 from double_backward.functions.failures import SquareOnceDifferentiable
 from double_backward.model_check import FIXES, Break, fix_for
 
@@ -99,6 +100,58 @@ def test_cdist_on_five_points_raises_where_it_is_called():
     assert "_cdist_backward" in found.message
     assert found.fix == FIXES["cdist"]
     assert "(the model itself)" in str(report)
+
+
+class Attention(nn.Module):
+    """Self-attention as timm's ViT writes it: one qkv projection, then a fused attention call."""
+
+    def __init__(self, attention, dim: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.attention, self.heads = attention, heads
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, dim = x.shape
+        qkv = self.qkv(x).reshape(batch, length, 3, self.heads, dim // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        out = self.attention(q, k, v)
+        return self.proj(out.transpose(1, 2).reshape(batch, length, dim))
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block (timm's ViT Block, without dropout)."""
+
+    def __init__(self, attention) -> None:
+        super().__init__()
+        self.norm1, self.attn = nn.LayerNorm(16), Attention(attention)
+        self.norm2 = nn.LayerNorm(16)
+        self.mlp = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+def vit(attention) -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(Block(attention), Block(attention))
+
+
+def test_vit_blocks_with_torch_attention_raise_in_each_attn():
+    model, x = vit(F.scaled_dot_product_attention), torch.randn(2, 5, 16)
+    with pytest.raises(RuntimeError, match="flash_attention"):
+        gradient_penalty(model, x)
+    report = check_model(model, x)
+    assert [b.module for b in report.breaks] == ["0.attn", "1.attn"]
+
+
+def test_the_same_blocks_with_ops_attention_are_ok():
+    model = vit(ops.scaled_dot_product_attention).double()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    gradient_penalty(model, x)  # raises nothing
+    assert hvp_matches_finite_differences(model, x)
+    report = check_model(model.float(), x.detach().float())
+    assert report.ok, str(report)
 
 
 # -- silent -----------------------------------------------------------------------------

@@ -404,12 +404,12 @@ def _write_table(app) -> None:
     )  # fmt: skip
 
     def make() -> str:
-        from double_backward.model_check import fix_for
+        from double_backward.model_check import FIXES
 
         data = load_or_scan(
             torch_version(), lambda text: logger.info("built-ins: %s", text)
         )
-        return render(data, fix_for, _index_titles())
+        return render(data, FIXES, _index_titles())
 
     regenerate(path, key, make)
 

@@ -3,12 +3,13 @@
 >>> report = check_model(nn.TransformerEncoder(layer, num_layers=2), x)
 >>> print(report)  # the verdict first, then one line per break
 
-:func:`check_model` runs what a gradient penalty runs, on a copy of the model: the forward
-pass, the gradient with ``create_graph=True`` with respect to the floating-point inputs and the
-parameters, and a second backward through that gradient. An error there is a break of kind
-``"raises"``. Then, in float64 (a float64 copy of the model, where it is an ``nn.Module``), it
-compares a Hessian-vector product with central differences of the gradient along a random
-signed direction: a mismatch that raised nothing is a break of kind ``"silent"``.
+:func:`~double_backward.check_model` runs what a gradient penalty runs, on a copy of the
+model: the forward pass, the gradient with ``create_graph=True`` with respect to the
+floating-point inputs and the parameters, and a second backward through that gradient. An
+error there is a break of kind ``"raises"``. Then, in float64 (a float64 copy of the model,
+where it is an ``nn.Module``), it compares a Hessian-vector product with central differences
+of the gradient along a random signed direction: a mismatch that raised nothing is a break of
+kind ``"silent"``.
 
 To say where, it records each submodule's inputs during the forward pass (forward hooks), then
 checks each submodule the same way on its own inputs. A break is reported in the innermost
@@ -16,7 +17,7 @@ submodules that break on their own, by their dotted path from ``named_modules()`
 (``layers.1.self_attn``); ``""`` is the model itself. The op is the ATen operator the error
 names, or the custom Function found in that submodule's graph.
 
-torch and NumPy only.
+torch only.
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ _CDIST_FIX = (
     'for p = 2, `torch.cdist(..., compute_mode="use_mm_for_euclid_dist")`; for any p, '
     "`double_backward.ops.cdist`"
 )
-#: The fix for each built-in whose double backward raises, by the op's name: the ATen
-#: operator an error names (its ``_backward`` stripped) or the op's OpInfo name. The built-ins
-#: table on the site and :func:`check_model` both read it.
+#: The fix for each built-in whose double backward raises, keyed by the ATen operator an error
+#: names (its ``_backward`` stripped) or by the op's OpInfo name. The built-ins table on the
+#: site and :func:`~double_backward.check_model` both read it.
 FIXES: dict[str, str] = {
     "_scaled_dot_product_flash_attention_for_cpu": _SDPA_FIX,
     "nn.functional.scaled_dot_product_attention": _SDPA_FIX,
@@ -107,7 +108,10 @@ class Break:
 
 @dataclasses.dataclass
 class ModelReport:
-    """What :func:`check_model` found: ``breaks`` (empty when all is well) and what it skipped."""
+    """What :func:`~double_backward.check_model` found: ``breaks`` (empty when all is well).
+
+    ``checked`` says what was run, ``skipped`` what was not differentiated.
+    """
 
     model: str
     checked: list[str] = dataclasses.field(default_factory=list)

@@ -24,7 +24,9 @@ def test_a_trial_records_cdists_error_below_26_rows_and_none_at_32():
     )
     x = torch.randn(32, 3, dtype=torch.float64, requires_grad=True)
     assert gradgradcheck(lambda t: torch.cdist(t, t.flip(0) + 1.0), (x,))
-    assert table._try("cdist", "32 rows", "float64", *large(torch.float64)).error is None
+    assert (
+        table._try("cdist", "32 rows", "float64", *large(torch.float64)).error is None
+    )
 
 
 def test_a_trial_without_a_second_derivative_graph_is_not_a_row():
@@ -111,6 +113,8 @@ def test_render_gives_each_error_a_row_with_conditions_and_fix():
     cdist_row, ctc_row = text.splitlines()[-2:]
     assert "p = 2, 5 rows (float64, float32)" in cdist_row
     assert "p = 2, 32 rows (float64)" in cdist_row
-    assert "use_mm_for_euclid_dist" in cdist_row and "errors.md#cdist-below" in cdist_row
+    assert (
+        "use_mm_for_euclid_dist" in cdist_row and "errors.md#cdist-below" in cdist_row
+    )
     assert "E: a\\|b" in ctc_row and "OpInfo samples: 1 in float64" in ctc_row
     assert "plot_04_untracked_backward" in ctc_row

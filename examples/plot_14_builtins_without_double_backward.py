@@ -4,8 +4,9 @@ When a built-in has no double backward
 
 Most double-backward failures readers meet are not in a Function they wrote: they are in a
 built-in inside the model they already have. On the CPU, ``F.scaled_dot_product_attention``
-runs a kernel whose backward cannot be differentiated, so every transformer under a gradient
-penalty raises; ``torch.cdist`` raises below 26 rows. This page runs an R1 gradient penalty on a
+runs a kernel whose backward cannot be differentiated, so a gradient penalty through attention
+raises (through ``nn.TransformerEncoderLayer`` too, in eval mode or trained without dropout);
+``torch.cdist`` raises below 26 rows. This page runs an R1 gradient penalty on a
 small transformer discriminator, sees it fail, lets :func:`double_backward.check_model` name the
 layer, and fixes it twice: with torch's MATH backend, and with
 ``double_backward.ops.scaled_dot_product_attention``, a custom Function built the way the

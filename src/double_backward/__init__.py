@@ -12,7 +12,7 @@ The package is grouped by role:
   model, answered with the submodule and the op that break it;
 - :mod:`double_backward.graph`: drawing autograd graphs with torchviz, for the pages;
 - :mod:`double_backward.ops`: replacements for built-ins that have no double backward
-  (``scaled_dot_product_attention``, ``cdist``, ``pdist``).
+  (``scaled_dot_product_attention``, ``cdist``, ``pdist``, ``ctc_loss``).
 
 The names are imported on first use, so that importing one module (the checker, say) does not
 import the others.

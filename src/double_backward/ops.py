@@ -11,7 +11,10 @@ so the graph of the backward is itself differentiable, and so on to every order.
   CPU kernel (flash attention) has no double backward; it saves :math:`O(L d)`, not the
   :math:`L \times S` attention matrix the MATH backend keeps;
 - :func:`cdist` and :func:`pdist` for ``torch.cdist`` (no double backward below 26 rows, or for
-  p ≠ 2) and ``F.pdist``.
+  p ≠ 2) and ``F.pdist``;
+- :func:`ctc_loss` for ``F.ctc_loss``, whose backward has no derivative on any backend: a
+  log-space recursion of differentiable ops (no custom Function), so autograd gives every
+  order.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["cdist", "pdist", "scaled_dot_product_attention"]
+__all__ = ["cdist", "ctc_loss", "pdist", "scaled_dot_product_attention"]
 
 
 def _check_tensor(op: str, name: str, value: Any) -> torch.Tensor:
@@ -39,28 +42,42 @@ def _check_tensor(op: str, name: str, value: Any) -> torch.Tensor:
 # -- Attention -------------------------------------------------------------------------------
 
 
+#: Scores the blocked loops compute at a time (4 MB in float32): no L×S buffer is allocated,
+#: and the blocks are tall enough for efficient matrix products (a quarter of this was slower
+#: at L = 1024, 16 heads, on 2 CPUs).
+BLOCK_ELEMENTS = 1 << 20
+
+
 def _scores(
     q: torch.Tensor,
     k: torch.Tensor,
     mask: torch.Tensor | None,
     is_causal: bool,
     scale: float,
+    start: int = 0,
 ) -> torch.Tensor:
-    """scale · q kᵀ, with the mask applied: bool False → −inf, float added."""
+    """scale · q kᵀ for the queries start, start + 1, …, masked: bool False → −inf, float added.
+
+    In place when grad mode is off (the blocked loops), out of place when it is on (the
+    create_graph backward, whose ops autograd records).
+    """
     scores = torch.matmul(q * scale, k.transpose(-2, -1))
+    in_place = not torch.is_grad_enabled()
     if is_causal:
-        length, source_length = scores.shape[-2:]
+        rows, columns = scores.shape[-2:]
         # Top-left aligned, as torch's is_causal: query i sees keys 0..i.
-        keep = torch.ones(
-            length, source_length, dtype=torch.bool, device=scores.device
-        ).tril()
-        scores = scores.masked_fill(~keep, -math.inf)
-    elif mask is not None:
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, -math.inf)
-        else:
-            scores = scores + mask
-    return scores
+        keep = torch.ones(rows, columns, dtype=torch.bool, device=scores.device).tril(
+            start
+        )
+        mask = keep
+    elif mask is not None and mask.dim() >= 2 and mask.shape[-2] != 1:
+        mask = mask[..., start : start + scores.shape[-2], :]
+    if mask is None:
+        return scores
+    if mask.dtype == torch.bool:
+        fill = scores.masked_fill_ if in_place else scores.masked_fill
+        return fill(~mask, -math.inf)
+    return scores.add_(mask) if in_place else scores + mask
 
 
 def _finite(logsumexp: torch.Tensor) -> torch.Tensor:
@@ -68,22 +85,30 @@ def _finite(logsumexp: torch.Tensor) -> torch.Tensor:
     return torch.where(logsumexp == -math.inf, torch.zeros_like(logsumexp), logsumexp)
 
 
+def _blocks(q: torch.Tensor, k: torch.Tensor) -> range:
+    """The first query of each block of rows whose scores hold about BLOCK_ELEMENTS."""
+    per_row = max(1, q.shape[:-2].numel() * k.shape[-2])
+    return range(0, q.shape[-2], max(1, BLOCK_ELEMENTS // per_row))
+
+
 class ScaledDotProductAttention(torch.autograd.Function):
     r"""softmax(scale · q kᵀ + mask) v, also returning the row logsumexp of the scores.
 
     Forward saves q, k, v, the output and the logsumexp :math:`\ell_i = \log \sum_j
     e^{s_{ij}}` (a vector per query): :math:`O((L + S) d)` memory, not the :math:`L \times S`
-    probabilities. Backward recomputes :math:`P = e^{S - \ell}` from them and applies, with
-    differentiable ops,
+    probabilities. Backward recomputes :math:`P = e^{S - \ell}` from them and applies
 
     .. math::
 
         dV = P^\top dO,\quad dS = P \circ (dO\,V^\top - \operatorname{rowsum}(dO \circ O))
         + P \circ d\ell,\quad dQ = \text{scale}\; dS\,K,\quad dK = \text{scale}\; dS^\top Q,
 
-    and dmask = dS for a float mask. The output and the logsumexp are outputs of this
-    Function, so they are tracked: the backward's graph reaches q, k, v through them (and
-    through this same backward again), which is what makes every order work. Use
+    and dmask = dS for a float mask. When the backward is recorded (``create_graph=True``) it
+    runs these formulas in differentiable ops. The output and the logsumexp are outputs of
+    this Function, so they are tracked: the backward's graph reaches q, k, v through them (and
+    through this same backward again), which is what makes every order work. When it is not
+    recorded (a plain ``backward()``, or this backward reached again from a second backward),
+    the same formulas run in place, a block of queries at a time, as forward does. Use
     :func:`scaled_dot_product_attention` for the output alone.
     """
 
@@ -97,11 +122,19 @@ class ScaledDotProductAttention(torch.autograd.Function):
         is_causal: bool,
         scale: float,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        # Forward is not recorded: the L×S temporaries are freed on return, and in place is safe.
-        scores = _scores(q, k, mask, is_causal, scale)
-        logsumexp = torch.logsumexp(scores, dim=-1, keepdim=True)
-        probabilities = scores.sub_(_finite(logsumexp)).exp_()
-        out = torch.matmul(probabilities, v)
+        # Forward is not recorded: each block's scores are overwritten in place and freed.
+        outs, logsumexps = [], []
+        rows = _blocks(q, k)
+        for start in rows:
+            q_block = q[..., start : start + rows.step, :]
+            scores = _scores(q_block, k, mask, is_causal, scale, start)
+            row_max = _finite(scores.amax(dim=-1, keepdim=True))
+            weights = scores.sub_(row_max).exp_()
+            total = weights.sum(dim=-1, keepdim=True)
+            empty = total == 0  # a fully masked query: output 0, logsumexp −inf
+            outs.append(torch.matmul(weights, v) / torch.where(empty, 1.0, total))
+            logsumexps.append(torch.where(empty, -math.inf, row_max + torch.log(total)))
+        out, logsumexp = torch.cat(outs, dim=-2), torch.cat(logsumexps, dim=-2)
         ctx.save_for_backward(q, k, v, mask, out, logsumexp)
         ctx.is_causal, ctx.scale = is_causal, scale
         # An unused output's gradient stays None instead of a tensor of zeros.
@@ -112,35 +145,91 @@ class ScaledDotProductAttention(torch.autograd.Function):
     def backward(
         ctx: Any, grad_out: torch.Tensor | None, grad_logsumexp: torch.Tensor | None
     ) -> tuple[torch.Tensor | None, ...]:
-        q, k, v, mask, out, logsumexp = ctx.saved_tensors
-        scale = ctx.scale
-        # Recomputed with differentiable ops from tracked tensors, never saved by forward.
-        scores = _scores(q, k, mask, ctx.is_causal, scale)
-        probabilities = torch.exp(scores - _finite(logsumexp))
-        grad_q = grad_k = grad_v = grad_mask = None
-        grad_scores = None
+        if torch.is_grad_enabled():
+            return _recorded_backward(ctx, grad_out, grad_logsumexp)
+        return _blocked_backward(ctx, grad_out, grad_logsumexp)
+
+
+def _recorded_backward(
+    ctx: Any, grad_out: torch.Tensor | None, grad_logsumexp: torch.Tensor | None
+) -> tuple[torch.Tensor | None, ...]:
+    """The backward in differentiable ops on tracked tensors: autograd records it whole."""
+    q, k, v, mask, out, logsumexp = ctx.saved_tensors
+    scale = ctx.scale
+    # Recomputed from tracked tensors, never saved by forward.
+    scores = _scores(q, k, mask, ctx.is_causal, scale)
+    probabilities = torch.exp(scores - _finite(logsumexp))
+    grad_q = grad_k = grad_v = grad_mask = None
+    grad_scores = None
+    if grad_out is not None:
+        if ctx.needs_input_grad[2]:
+            grad_v = torch.matmul(probabilities.transpose(-2, -1), grad_out)
+        # rowsum(dO ∘ O) = rowsum(dO Vᵀ ∘ P): the softmax backward without P's row sums.
+        row_term = (grad_out * out).sum(dim=-1, keepdim=True)
+        grad_scores = probabilities * (
+            torch.matmul(grad_out, v.transpose(-2, -1)) - row_term
+        )
+    if grad_logsumexp is not None:
+        # ∂ℓ_i/∂s_ij = P_ij: the second backward sends gradients through here.
+        from_logsumexp = probabilities * grad_logsumexp
+        grad_scores = (
+            from_logsumexp if grad_scores is None else grad_scores + from_logsumexp
+        )
+    if grad_scores is not None:
+        if ctx.needs_input_grad[0]:
+            grad_q = torch.matmul(grad_scores, k) * scale
+        if ctx.needs_input_grad[1]:
+            grad_k = torch.matmul(grad_scores.transpose(-2, -1), q) * scale
+        if ctx.needs_input_grad[3]:
+            grad_mask = grad_scores.sum_to_size(mask.shape)
+    return grad_q, grad_k, grad_v, grad_mask, None, None
+
+
+def _blocked_backward(
+    ctx: Any, grad_out: torch.Tensor | None, grad_logsumexp: torch.Tensor | None
+) -> tuple[torch.Tensor | None, ...]:
+    """The same formulas, not recorded: in place, a block of queries at a time."""
+    q, k, v, mask, out, logsumexp = ctx.saved_tensors
+    scale = ctx.scale
+    needs_q, needs_k, needs_v, needs_mask = ctx.needs_input_grad[:4]
+    if grad_out is None and grad_logsumexp is None:
+        return None, None, None, None, None, None
+    grad_qs, grad_scores_blocks = [], []
+    grad_k = torch.zeros_like(k) if needs_k else None
+    grad_v = torch.zeros_like(v) if needs_v and grad_out is not None else None
+    if grad_out is not None:
+        row_term = (grad_out * out).sum(dim=-1, keepdim=True)
+    rows = _blocks(q, k)
+    for start in rows:
+        stop = start + rows.step
+        q_block = q[..., start:stop, :]
+        scores = _scores(q_block, k, mask, ctx.is_causal, scale, start)
+        probabilities = scores.sub_(_finite(logsumexp[..., start:stop, :])).exp_()
         if grad_out is not None:
-            if ctx.needs_input_grad[2]:
-                grad_v = torch.matmul(probabilities.transpose(-2, -1), grad_out)
-            # rowsum(dO ∘ O) = rowsum(dO Vᵀ ∘ P): the softmax backward without P's row sums.
-            row_term = (grad_out * out).sum(dim=-1, keepdim=True)
-            grad_scores = probabilities * (
-                torch.matmul(grad_out, v.transpose(-2, -1)) - row_term
+            grad_out_block = grad_out[..., start:stop, :]
+            if grad_v is not None:
+                grad_v += torch.matmul(probabilities.transpose(-2, -1), grad_out_block)
+            grad_scores = torch.matmul(grad_out_block, v.transpose(-2, -1))
+            grad_scores.sub_(row_term[..., start:stop, :]).mul_(probabilities)
+            if grad_logsumexp is not None:
+                grad_scores.addcmul_(probabilities, grad_logsumexp[..., start:stop, :])
+        else:
+            grad_scores = probabilities.mul_(grad_logsumexp[..., start:stop, :])
+        if needs_q:
+            grad_qs.append(torch.matmul(grad_scores, k).mul_(scale))
+        if needs_k:
+            grad_k.add_(
+                torch.matmul(grad_scores.transpose(-2, -1), q_block), alpha=scale
             )
-        if grad_logsumexp is not None:
-            # ∂ℓ_i/∂s_ij = P_ij: the second backward sends gradients through here.
-            from_logsumexp = probabilities * grad_logsumexp
-            grad_scores = (
-                from_logsumexp if grad_scores is None else grad_scores + from_logsumexp
-            )
-        if grad_scores is not None:
-            if ctx.needs_input_grad[0]:
-                grad_q = torch.matmul(grad_scores, k) * scale
-            if ctx.needs_input_grad[1]:
-                grad_k = torch.matmul(grad_scores.transpose(-2, -1), q) * scale
-            if ctx.needs_input_grad[3]:
-                grad_mask = grad_scores.sum_to_size(mask.shape)
-        return grad_q, grad_k, grad_v, grad_mask, None, None
+        if needs_mask:
+            grad_scores_blocks.append(grad_scores)
+    grad_q = torch.cat(grad_qs, dim=-2) if needs_q else None
+    grad_mask = (
+        torch.cat(grad_scores_blocks, dim=-2).sum_to_size(mask.shape)
+        if needs_mask
+        else None
+    )
+    return grad_q, grad_k, grad_v, grad_mask, None, None
 
 
 def scaled_dot_product_attention(
@@ -413,3 +502,136 @@ def pdist(input: torch.Tensor, p: float = 2.0) -> torch.Tensor:
         input.shape[0], input.shape[0], offset=1, device=input.device
     )
     return Cdist.apply(input, input, p)[rows, columns]
+
+
+# -- CTC loss --------------------------------------------------------------------------------
+
+#: Log-probability of an unreachable state: finite, so that no −inf − (−inf) = nan reaches a
+#: gradient, and far below any reachable path (whose log-probability is a sum of T terms).
+_UNREACHABLE = -1e30
+
+
+def _as_lengths(op: str, name: str, value: Any, batch: int) -> torch.Tensor:
+    lengths = torch.as_tensor(value, dtype=torch.long).reshape(-1)
+    if lengths.numel() != batch:
+        raise ValueError(
+            f"{op}: {name} must hold one length per batch element ({batch}), got "
+            f"{lengths.numel()}"
+        )
+    return lengths
+
+
+def ctc_loss(
+    log_probs: torch.Tensor,
+    targets: torch.Tensor,
+    input_lengths: Any,
+    target_lengths: Any,
+    blank: int = 0,
+    reduction: str = "mean",
+    zero_infinity: bool = False,
+) -> torch.Tensor:
+    r"""``F.ctc_loss`` as a log-space recursion of differentiable ops: every order works.
+
+    Same arguments as the torch op: ``log_probs`` (T, N, C) or (T, C) log-probabilities;
+    ``targets`` padded (N, S) or concatenated (sum of target_lengths); lengths as tensors or
+    sequences; ``reduction`` ``"none"``, ``"sum"`` or ``"mean"`` (each loss divided by its
+    target length, then averaged). An impossible alignment gives ``inf``, or 0 with
+    ``zero_infinity=True``, as in torch.
+
+    Why a recursion and not a Function: torch's CTC backward (``_ctc_loss_backward``) has no
+    derivative on the CPU, and the cuDNN kernel has none either, so no backend choice
+    gives a second order. The forward (α) recursion of Graves et al. (2006),
+
+    .. math::
+
+        \alpha_t(s) = \log\!\big(e^{\alpha_{t-1}(s)} + e^{\alpha_{t-1}(s-1)}
+        + [\ell'_s \ne b,\ \ell'_s \ne \ell'_{s-2}]\, e^{\alpha_{t-1}(s-2)}\big)
+        + \log p_t(\ell'_s),
+
+    written with ``torch.logsumexp``, is differentiable by autograd to every order. The cost:
+    a Python loop over the T time steps, and autograd keeps each step's (N, 2S + 1) states,
+    O(T·N·S) memory; torch's kernel is much faster for first-order training.
+
+    **Gradient convention**: this returns the true gradient with respect to ``log_probs``.
+    torch's own CTC backward returns it plus :math:`p_t(c) \cdot \partial L/\partial
+    \text{loss}`, a term that vanishes through ``log_softmax`` (its backward removes any
+    multiple of the probabilities). So gradients with respect to the logits fed to
+    ``log_softmax`` agree with torch's; those with respect to ``log_probs`` do not.
+    """
+    op = "ctc_loss"
+    _check_tensor(op, "log_probs", log_probs)
+    if reduction not in ("none", "sum", "mean"):
+        raise ValueError(
+            f"{op}: reduction must be 'none', 'sum' or 'mean', got {reduction!r}"
+        )
+    unbatched = log_probs.dim() == 2
+    if unbatched:
+        log_probs, targets = log_probs.unsqueeze(1), targets.reshape(1, -1)
+    if log_probs.dim() != 3:
+        raise ValueError(
+            f"{op}: log_probs must be (T, N, C) or (T, C), got shape {tuple(log_probs.shape)}"
+        )
+    steps, batch, classes = log_probs.shape
+    input_lengths = _as_lengths(op, "input_lengths", input_lengths, batch)
+    target_lengths = _as_lengths(op, "target_lengths", target_lengths, batch)
+    if not 0 <= blank < classes:
+        raise ValueError(
+            f"{op}: blank must be a class index in [0, {classes}), got {blank}"
+        )
+    if (input_lengths < 1).any() or (input_lengths > steps).any():
+        raise ValueError(
+            f"{op}: input_lengths must be between 1 and T = {steps}, got "
+            f"{input_lengths.tolist()}"
+        )
+    if targets.dim() == 1:  # concatenated: pad into (N, S)
+        pieces = targets.split(target_lengths.tolist())
+        targets = torch.nn.utils.rnn.pad_sequence(list(pieces), batch_first=True)
+    if targets.shape[0] != batch or (target_lengths > targets.shape[1]).any():
+        raise ValueError(
+            f"{op}: targets of shape {tuple(targets.shape)} do not hold target_lengths "
+            f"{target_lengths.tolist()} for {batch} batch elements"
+        )
+    device = log_probs.device
+    targets = targets.to(device=device, dtype=torch.long)
+    input_lengths, target_lengths = input_lengths.to(device), target_lengths.to(device)
+
+    # The extended labels: blank, l1, blank, l2, ..., blank (padding labels are unreachable).
+    states = 2 * targets.shape[1] + 1
+    extended = torch.full((batch, states), blank, dtype=torch.long, device=device)
+    extended[:, 1::2] = targets
+    position = torch.arange(states, device=device)
+    skip = torch.zeros_like(extended, dtype=torch.bool)
+    skip[:, 2:] = (extended[:, 2:] != blank) & (extended[:, 2:] != extended[:, :-2])
+    unreachable = torch.full(
+        (batch, 1), _UNREACHABLE, dtype=log_probs.dtype, device=device
+    )
+
+    def emissions(t: int) -> torch.Tensor:
+        return log_probs[t].gather(1, extended)
+
+    first = (position == 0) | ((position == 1) & (target_lengths > 0).unsqueeze(1))
+    alpha = torch.where(first, emissions(0), unreachable)
+    for t in range(1, steps):
+        from_previous = torch.cat((unreachable, alpha[:, :-1]), dim=1)
+        from_skip = torch.cat((unreachable, unreachable, alpha[:, :-2]), dim=1)
+        from_skip = torch.where(skip, from_skip, unreachable)
+        stepped = torch.logsumexp(torch.stack((alpha, from_previous, from_skip)), dim=0)
+        stepped = stepped + emissions(t)
+        # Sequences already at their end keep their final states.
+        alpha = torch.where((t < input_lengths).unsqueeze(1), stepped, alpha)
+
+    last = alpha.gather(1, (2 * target_lengths).unsqueeze(1))
+    last_label = alpha.gather(1, (2 * target_lengths - 1).clamp(min=0).unsqueeze(1))
+    last_label = torch.where((target_lengths > 0).unsqueeze(1), last_label, unreachable)
+    log_likelihood = torch.logsumexp(torch.cat((last, last_label), dim=1), dim=1)
+    impossible = log_likelihood < _UNREACHABLE / 2
+    losses = torch.where(
+        impossible,
+        torch.zeros_like(log_likelihood) if zero_infinity else math.inf,
+        -log_likelihood,
+    )
+    if reduction == "none":
+        return losses[0] if unbatched else losses
+    if reduction == "sum":
+        return losses.sum()
+    return (losses / target_lengths.clamp(min=1).to(losses.dtype)).mean()

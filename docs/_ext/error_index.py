@@ -275,8 +275,8 @@ SCENARIOS += [
      _BUILTINS_PAGE),
     ("ctc_loss has no double backward", _builtin_ctc_loss,
      "`F.ctc_loss`'s backward, `_ctc_loss_backward`, has no derivative (pytorch#70108).",
-     "No switch in torch: the loss as a differentiable log-space recursion, in a Function "
-     "of your own.",
+     "No switch in torch: `double_backward.ops.ctc_loss` computes the loss as a log-space "
+     "recursion of differentiable ops.",
      _BUILTINS_PAGE),
     ("A loss's backward has no derivative", _builtin_multi_margin_loss,
      "`F.multi_margin_loss` (and `multilabel_margin_loss`): their backward kernels have no "

@@ -57,6 +57,10 @@ FIXES: dict[str, str] = {
     "nn.MultiheadAttention": _SDPA_FIX,
     "_cdist": _CDIST_FIX,
     "cdist": _CDIST_FIX,
+    "_ctc_loss": "`double_backward.ops.ctc_loss`, a log-space recursion of differentiable ops",
+    "nn.functional.ctc_loss": (
+        "`double_backward.ops.ctc_loss`, a log-space recursion of differentiable ops"
+    ),
     "_pdist": "`double_backward.ops.pdist`",
     "nn.functional.pdist": "`double_backward.ops.pdist`",
     # The same values from ops that have a double backward (their second derivative is 0).

@@ -100,6 +100,7 @@ def test_cdist_on_five_points_raises_where_it_is_called():
     assert "_cdist_backward" in found.message
     assert found.fix == FIXES["cdist"]
     assert "(the model itself)" in str(report)
+    assert "builtins.html" in str(report)
 
 
 class Attention(nn.Module):

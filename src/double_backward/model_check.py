@@ -35,6 +35,7 @@ from torch import nn
 
 DOCS_URL = "https://double-backward.readthedocs.io/en/latest/"
 BUILTINS_PAGE = DOCS_URL + "auto_examples/plot_14_builtins_without_double_backward.html"
+BUILTINS_TABLE = DOCS_URL + "builtins.html"
 HIGHER_ORDERS_PAGE = DOCS_URL + "auto_examples/plot_08_higher_orders.html"
 FAILURES_PAGE = DOCS_URL + "auto_examples/plot_13_failure_gallery.html"
 
@@ -107,7 +108,10 @@ class Break:
     def __str__(self) -> str:
         where = self.module or "(the model itself)"
         text = _wrap(f"[{self.kind}] {where}: {self.op}: {self.message}", "", "    ")
-        return text + "\n" + _wrap(f"fix: {self.fix}", "    ", "      ")
+        text += "\n" + _wrap(f"fix: {self.fix}", "    ", "      ")
+        if self.op.startswith("aten::"):  # a built-in: the table has its row
+            text += f"\n    read: {BUILTINS_TABLE}"
+        return text
 
 
 @dataclasses.dataclass

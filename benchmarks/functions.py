@@ -36,8 +36,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from double_backward import costs
+from double_backward import costs, ops
 from double_backward.costs import (
     Case,
     double_backward,
@@ -262,6 +264,170 @@ def print_targets(rows: list[dict]) -> None:
         )
 
 
+# -- Attention: double_backward.ops against torch's MATH backend ---------------------------
+
+#: The issue's target shape: (batch, heads, length, features), float32, one thread.
+ATTENTION_SHAPE = (2, 8, 1024, 64)
+QUICK_ATTENTION_SHAPE = (2, 8, 256, 64)
+ATTENTION_KINDS = ("forward_backward", "gradient_penalty")
+#: Saved bytes beyond the inputs and the output, custom / native; time, custom / native.
+ATTENTION_TARGETS = {
+    "extra_saved": 0.01,
+    "forward_backward": 1.3,
+    "gradient_penalty": 1.5,
+}
+DEFAULT_ATTENTION_OUTPUT = DEFAULT_OUTPUT.with_name("attention.json")
+
+
+def math_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """torch's own attention with its MATH backend, the one with a double backward."""
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+ATTENTION_SIDES = (
+    ("custom", "double_backward.ops.scaled_dot_product_attention",
+     ops.scaled_dot_product_attention),
+    ("native", "F.scaled_dot_product_attention, SDPBackend.MATH", math_attention),
+)  # fmt: skip
+
+
+def attention_step(fn, kind: str, q, k, v, grad_out) -> Callable[[], object]:
+    """One training step (forward_backward) or one gradient penalty, w.r.t. q, k and v.
+
+    The gradient penalty: forward, the gradients with create_graph=True, the sum of their
+    squares, and its gradient (the second backward), as WGAN-GP or R1 run it.
+    """
+
+    def forward_backward():
+        inputs = [t.detach().requires_grad_() for t in (q, k, v)]
+        return torch.autograd.grad(fn(*inputs), inputs, grad_out)
+
+    def gradient_penalty():
+        inputs = [t.detach().requires_grad_() for t in (q, k, v)]
+        grads = torch.autograd.grad(fn(*inputs), inputs, grad_out, create_graph=True)
+        penalty = sum(grad.square().sum() for grad in grads)
+        return torch.autograd.grad(penalty, inputs)
+
+    return forward_backward if kind == "forward_backward" else gradient_penalty
+
+
+def attention_saved(fn, q, k, v) -> dict:
+    """What fn saves, with q, k and v all counted as the input (views of one stacked tensor)."""
+    report = saved_tensors(lambda qkv: fn(*qkv.unbind(0)), torch.stack((q, k, v)))
+    return {
+        "saved": [
+            [saved.role, list(saved.shape), saved.nbytes] for saved in report.forward
+        ],
+        "extra_bytes": report.extra_bytes,
+        "new_in_backward_bytes": report.new_in_backward_bytes,
+    }
+
+
+def measure_attention(shape, rounds: int) -> dict:
+    """Saved bytes, peak memory and paired-round time ratios, ops against MATH, on the CPU."""
+    batch, heads, length, features = shape
+    generator = torch.Generator().manual_seed(0)
+    q, k, v, grad_out = (
+        torch.randn(batch, heads, length, features, generator=generator)
+        for _ in range(4)
+    )
+    saved = {side: attention_saved(fn, q, k, v) for side, _, fn in ATTENTION_SIDES}
+    peak = {
+        kind: {
+            side: peak_memory(attention_step(fn, kind, q, k, v, grad_out))
+            for side, _, fn in ATTENTION_SIDES
+        }
+        for kind in ATTENTION_KINDS
+    }
+    times = {}
+    for kind in ATTENTION_KINDS:
+        custom, native = (
+            attention_step(fn, kind, q, k, v, grad_out) for _, _, fn in ATTENTION_SIDES
+        )
+        custom(), native()  # warm-up
+        ratios, customs, natives = [], [], []
+        gc.collect()
+        gc.disable()
+        try:
+            for round_index in range(rounds):
+                pair = (custom, native) if round_index % 2 == 0 else (native, custom)
+                first, second = (seconds_per_call(step, 1, torch.device("cpu"))
+                                 for step in pair)  # fmt: skip
+                custom_time, native_time = (
+                    (first, second) if round_index % 2 == 0 else (second, first)
+                )
+                ratios.append(custom_time / native_time)
+                customs.append(custom_time)
+                natives.append(native_time)
+        finally:
+            gc.enable()
+        quartiles = statistics.quantiles(ratios, n=4) if rounds > 1 else ratios * 3
+        times[kind] = {
+            "ratio": statistics.median(ratios),
+            "ratio_q1": quartiles[0],
+            "ratio_q3": quartiles[-1],
+            "custom_seconds": statistics.median(customs),
+            "native_seconds": statistics.median(natives),
+        }
+        print(f"  attention {kind}: {rounds} paired rounds done", file=sys.stderr)
+    extra_ratio = saved["custom"]["extra_bytes"] / saved["native"]["extra_bytes"]
+    figures = {"extra_saved": extra_ratio, **{k: times[k]["ratio"] for k in times}}
+    targets = [
+        {"target": name, "ratio": figures[name], "at_most": bound,
+         "met": figures[name] <= bound}
+        for name, bound in ATTENTION_TARGETS.items()
+    ]  # fmt: skip
+    return {"saved": saved, "peak_memory": peak, "times": times, "targets": targets}
+
+
+def print_attention(shape, results: dict) -> None:
+    batch, heads, length, features = shape
+    print(f"\nattention at B={batch}, H={heads}, L=S={length}, d={features}, float32, "
+          "1 thread: ops.scaled_dot_product_attention / MATH backend")  # fmt: skip
+    for side, name, _ in ATTENTION_SIDES:
+        saved = results["saved"][side]
+        print(f"  {side:<7}{name}: saved beyond inputs and output "
+              f"{saved['extra_bytes'] / 2**20:8.2f} MiB")  # fmt: skip
+    for kind, figures in results["times"].items():
+        print(f"  {kind:<17} {figures['custom_seconds']:.3f} s / "
+              f"{figures['native_seconds']:.3f} s")  # fmt: skip
+    for row in results["targets"]:
+        mark = "met" if row["met"] else "MISSED"
+        print(f"  target {row['target']:<17} {row['ratio']:.4f} (at most "
+              f"{row['at_most']}) {mark}")  # fmt: skip
+
+
+def run_attention(args, machine: dict) -> None:
+    shape = QUICK_ATTENTION_SHAPE if args.quick else ATTENTION_SHAPE
+    rounds = args.rounds or (3 if args.quick else 11)
+    started = datetime.datetime.now(datetime.timezone.utc)
+    print(f"\ntiming attention at {shape} ({rounds} paired rounds)...", file=sys.stderr)
+    results = measure_attention(shape, rounds)
+    print_attention(shape, results)
+    output = args.attention_output or (None if args.quick else DEFAULT_ATTENTION_OUTPUT)
+    if output is None:
+        print("attention results not written (--quick; give --attention-output PATH)")
+        return
+    batch, heads, length, features = shape
+    document = {
+        "date": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": {**machine, "load_average_end": load_average()},
+        "settings": {
+            "batch": batch, "heads": heads, "length": length, "source_length": length,
+            "features": features, "dtype": "float32", "threads": torch.get_num_threads(),
+            "rounds": rounds, "calls_per_timing": 1,
+            "clock": "process CPU time (time.process_time)",
+            "malloc_mmap_threshold": os.environ.get(MMAP_THRESHOLD, "not set"),
+        },
+        "sides": {side: name for side, name, _ in ATTENTION_SIDES},
+        **results,
+    }  # fmt: skip
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    print(f"written to {output}")
+
+
 # glibc serves allocations at or above its mmap threshold with fresh, zero-filled pages, and
 # raises the threshold as large blocks are freed: whether a 4 MB tensor costs page faults then
 # depends on what the process freed before, and 1e6-element timings flip from run to run.
@@ -291,6 +457,17 @@ def main() -> None:
     parser.add_argument("--only", metavar="NAME",
                         help="time only the cases whose name contains NAME; writes nothing "
                         "unless --output is given")  # fmt: skip
+    parser.add_argument(
+        "--part",
+        choices=("all", "functions", "attention"),
+        default="all",
+        help="measure the Functions, the attention targets, or both",
+    )
+    parser.add_argument(
+        "--attention-output",
+        type=Path,
+        help=f"attention JSON path (default {DEFAULT_ATTENTION_OUTPUT})",
+    )
     args = parser.parse_args()
     rounds = args.rounds or (3 if args.quick else 11)
     if rounds < 1:
@@ -315,6 +492,18 @@ def main() -> None:
     print(f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, "
           f"NumPy {np.__version__}; load average at start {load_start}")  # fmt: skip
     print(f"{MMAP_THRESHOLD}={os.environ.get(MMAP_THRESHOLD, 'not set')}")
+    if args.part in ("all", "attention"):
+        machine = {
+            "cpu": cpu_model(),
+            "cores": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "load_average_start": load_start,
+        }
+        run_attention(args, machine)
+        if args.part == "attention":
+            return
 
     devices = [torch.device("cpu")]
     if torch.cuda.is_available():

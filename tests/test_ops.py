@@ -19,7 +19,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import double_backward
 from double_backward import ops
-from double_backward.costs import saved_tensors
+from double_backward.costs import load_measurements, saved_tensors
 
 TOLERANCES = {
     torch.float64: {"rtol": 1e-7, "atol": 1e-9},
@@ -182,6 +182,19 @@ def test_attention_differentiates_an_additive_mask_like_the_math_backend(dtype, 
         lambda q, k, v, m: math_attention(q, k, v, attn_mask=m),
         (q, k, v, mask),
         dtype,
+    )
+
+
+def test_attention_in_uneven_blocks_matches_the_math_backend(monkeypatch):
+    # 6 batch × 6 keys = 36 scores per query: blocks of 3 queries, then one of 1.
+    monkeypatch.setattr(ops, "BLOCK_ELEMENTS", 3 * 36)
+    (q, k, v), _ = ATTENTION_CASES["plain"]
+    mask = randn(3, 4, 6, seed=4)
+    assert_same_derivatives(
+        lambda q, k, v, m: ops.scaled_dot_product_attention(q, k, v, attn_mask=m),
+        lambda q, k, v, m: math_attention(q, k, v, attn_mask=m),
+        (q, k, v, mask),
+        torch.float64,
     )
 
 
@@ -638,6 +651,7 @@ def test_ctc_loss_passes_gradcheck_and_gradgradcheck_where_torchs_has_no_second_
         ({"target_lengths": [5, 2, 0]}, ValueError, "do not hold target_lengths"),
         ({"log_probs": torch.zeros(8)}, ValueError, r"\(T, N, C\) or \(T, C\)"),
         ({"log_probs": torch.zeros(8, 3, 5).long()}, TypeError, "floating-point"),
+        ({"log_probs": torch.zeros(8, 3, 5).half()}, TypeError, "float32 or float64"),
     ],
 )
 def test_ctc_loss_refuses_bad_input_with_a_clear_error(kwargs, error, match):
@@ -651,3 +665,39 @@ def test_ctc_loss_refuses_bad_input_with_a_clear_error(kwargs, error, match):
     }
     with pytest.raises(error, match=match):
         ops.ctc_loss(**arguments)
+
+
+# -- The committed attention measurements ----------------------------------------------------
+
+
+def test_the_committed_attention_measurements_are_at_the_issues_shape_and_targets():
+    measurements = load_measurements("attention")
+    settings = measurements["settings"]
+    shape = [settings[key] for key in ("batch", "heads", "length", "source_length")]
+    assert shape == [2, 8, 1024, 1024]
+    assert (settings["features"], settings["dtype"], settings["threads"]) == (
+        64,
+        "float32",
+        1,
+    )
+    assert settings["rounds"] >= 11
+    bounds = {row["target"]: row["at_most"] for row in measurements["targets"]}
+    assert bounds == {
+        "extra_saved": 0.01,
+        "forward_backward": 1.3,
+        "gradient_penalty": 1.5,
+    }
+    for row in measurements["targets"]:
+        assert row["met"] == (row["ratio"] <= row["at_most"])
+    saved = measurements["saved"]
+    ratio = saved["custom"]["extra_bytes"] / saved["native"]["extra_bytes"]
+    assert ratio == next(
+        row["ratio"]
+        for row in measurements["targets"]
+        if row["target"] == "extra_saved"
+    )
+
+
+def test_load_measurements_refuses_an_unknown_name():
+    with pytest.raises(ValueError, match="must be 'functions' or 'attention', got 'x'"):
+        load_measurements("x")

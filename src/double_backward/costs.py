@@ -305,7 +305,16 @@ CASES: tuple[Case, ...] = (
 )  # fmt: skip
 
 
-def load_measurements() -> dict[str, Any]:
-    """The benchmark's committed results (``measurements/functions.json`` in the package)."""
-    text = resources.files(__package__).joinpath("measurements", "functions.json")
+def load_measurements(name: str = "functions") -> dict[str, Any]:
+    """The benchmark's committed results (``measurements/<name>.json`` in the package).
+
+    ``"functions"``: the Functions of the package against their native ops;
+    ``"attention"``: :func:`double_backward.ops.scaled_dot_product_attention` against torch's
+    MATH backend.
+    """
+    if name not in ("functions", "attention"):
+        raise ValueError(
+            f"load_measurements: name must be 'functions' or 'attention', got {name!r}"
+        )
+    text = resources.files(__package__).joinpath("measurements", f"{name}.json")
     return json.loads(text.read_text(encoding="utf-8"))

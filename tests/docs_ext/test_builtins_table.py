@@ -118,3 +118,21 @@ def test_render_gives_each_error_a_row_with_conditions_and_fix():
     )
     assert "E: a\\|b" in ctc_row and "OpInfo samples: 1 in float64" in ctc_row
     assert "plot_04_untracked_backward" in ctc_row
+
+
+@pytest.mark.skipif(
+    torch.__version__.split("+")[0] != COMMITTED["torch"], reason="another torch"
+)
+def test_the_error_index_has_the_messages_the_table_records():
+    """Each built-in scenario of the error index raises a message the committed scan saw."""
+    import error_index
+
+    builtin_titles = [
+        title for title, *_, page in error_index.SCENARIOS
+        if page == error_index._BUILTINS_PAGE
+    ]  # fmt: skip
+    assert len(builtin_titles) == 6
+    recorded = {trial["error"] for trial in COMMITTED["trials_of_failing_ops"]}
+    messages = dict(error_index.captured_messages())
+    for title in builtin_titles:
+        assert messages[title] in recorded, title

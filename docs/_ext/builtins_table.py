@@ -361,7 +361,7 @@ NO_FIX = (
 
 
 def render(data: dict, fixes: dict[str, str], titles: dict[str, str]) -> str:
-    """The Markdown table: one row per op and error, its conditions and its fix."""
+    """The table (each op and its fix), then each op's error and conditions, in a section."""
     trials = data["trials_of_failing_ops"]
     ops = sorted({trial["op"] for trial in trials})
     lines = [
@@ -369,23 +369,36 @@ def render(data: dict, fixes: dict[str, str], titles: dict[str, str]) -> str:
         f"{data['trials']} gradient penalties over {data['ops_tried']} ops, in "
         f"{data['seconds']} s; {len(ops)} ops raised.",
         "",
-        "| Op | First line of the error | Raises | Passes | Fix |",
-        "|---|---|---|---|---|",
+        "| Op (its error and conditions below) | Fix |",
+        "|---|---|",
     ]
-    for op in ops:
+    sections = []
+    for number, op in enumerate(ops, start=1):
         mine = [trial for trial in trials if trial["op"] == op]
+        fix = fixes[op].replace("|", "\\|") if op in fixes else NO_FIX
+        errors = sorted({trial["error"] for trial in mine if trial["error"]})
+        lines.append(f"| [`{op}`](#builtin-{number}) | {fix} |")
         passes = _conditions([trial for trial in mine if not trial["error"]])
-        for error in sorted({trial["error"] for trial in mine if trial["error"]}):
+        sections += ["", f"(builtin-{number})=", f"### `{op}`", ""]
+        for error in errors:
             raises = _conditions([trial for trial in mine if trial["error"] == error])
-            shown = f"`{_escape(error)}`"
-            fix = fixes[op].replace("|", "\\|") if op in fixes else NO_FIX
-            if error in titles:
-                shown += f" ([index](project:errors.md#{_slug(titles[error])}))"
-            lines.append(
-                f"| `{op}` | {shown} | {'; '.join(raises)} | "
-                f"{'; '.join(passes) or '(none tried)'} | {fix} |"
-            )
-    return "\n".join(lines) + "\n"
+            index = (
+                f" Error index: [{titles[error]}](project:errors.md#{_slug(titles[error])})."
+                if error in titles else ""
+            )  # fmt: skip
+            sections += [
+                f"```text\n{error}\n```",
+                "",
+                f"- **Raises:** {'; '.join(raises)}.{index}",
+            ]
+        sections += [
+            f"- **Passes:** {'; '.join(passes) or 'no other condition tried'}.",
+            f"- **Fix:** {fix}.",
+        ]
+    return (
+        "\n".join([*lines, "", "## Each op: the error, where it raises", *sections])
+        + "\n"
+    )
 
 
 def _write_table(app) -> None:

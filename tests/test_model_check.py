@@ -280,6 +280,9 @@ def test_bad_arguments_get_clear_errors():
         check_model(lambda ids: ids * 2, torch.tensor([1, 2]))
     with pytest.raises(ValueError, match="no floating-point output"):
         check_model(lambda x: x > 0, torch.randn(2))
+    # An error in the forward pass is not a break of double backward: it is said as such.
+    with pytest.raises(ValueError, match="calling the model raised RuntimeError"):
+        check_model(nn.Linear(3, 2), torch.randn(2, 4))
 
 
 def test_fix_for_an_unknown_op_says_how_to_write_one():

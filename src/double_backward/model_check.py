@@ -200,7 +200,12 @@ class _Target:
         # The same random numbers on every call: dropout draws the same masks each time.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            outputs = _tensors(self.fn(*self.args, **self.kwargs))
+            try:
+                outputs = _tensors(self.fn(*self.args, **self.kwargs))
+            except Exception as error:  # noqa: BLE001 - the forward failing is not a break
+                raise _NotDifferentiable(
+                    f"calling the model raised {_first_line(error)}"
+                ) from error
         outputs = [t for t in outputs if t.is_floating_point() and t.requires_grad]
         if not outputs:
             raise _NotDifferentiable("no floating-point output depends on the inputs")

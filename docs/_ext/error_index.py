@@ -141,6 +141,62 @@ def _gradgradcheck_second_derivative_missing() -> None:
     gradgradcheck(cube_untracked, (x,))
 
 
+# -- built-ins whose double backward raises (the built-ins table lists them all) ------------
+def _builtin_penalty(fn, *inputs) -> None:
+    """A gradient penalty through a built-in: grad with create_graph, then a second backward."""
+    import torch
+
+    output = fn(*inputs)
+    grads = torch.autograd.grad(output.sum(), inputs, create_graph=True)
+    torch.autograd.grad(sum((g**2).sum() for g in grads), inputs)
+
+
+def _builtin_sdpa() -> None:
+    import torch
+
+    q, k, v = (torch.randn(1, 2, 4, 8, requires_grad=True) for _ in range(3))
+    _builtin_penalty(torch.nn.functional.scaled_dot_product_attention, q, k, v)
+
+
+def _builtin_cdist() -> None:
+    import torch
+
+    x1 = torch.randn(5, 3, requires_grad=True)  # fewer than 26 rows
+    x2 = torch.randn(5, 3, requires_grad=True)
+    _builtin_penalty(torch.cdist, x1, x2)
+
+
+def _builtin_pdist() -> None:
+    import torch
+
+    _builtin_penalty(torch.nn.functional.pdist, torch.randn(5, 3, requires_grad=True))
+
+
+def _builtin_hardsigmoid() -> None:
+    import torch
+
+    x = torch.randn(5, requires_grad=True)
+    _builtin_penalty(lambda t: torch.nn.functional.hardsigmoid(t) ** 2, x)
+
+
+def _builtin_ctc_loss() -> None:
+    import torch
+
+    log_probs = torch.randn(6, 1, 4).log_softmax(2).detach().requires_grad_()
+    targets = torch.tensor([[1, 2]])
+    _builtin_penalty(
+        lambda t: torch.nn.functional.ctc_loss(t, targets, [6], [2]), log_probs
+    )
+
+
+def _builtin_multi_margin_loss() -> None:
+    import torch
+
+    x = torch.randn(3, 4, requires_grad=True)
+    target = torch.tensor([0, 1, 3])
+    _builtin_penalty(lambda t: torch.nn.functional.multi_margin_loss(t, target), x)
+
+
 # (title, scenario, cause, fix, page)
 SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
     ("The gradient has no graph", _no_graph,
@@ -196,6 +252,42 @@ SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
      "Call the kernels from a Python Function in the `setup_context` style, with a `vmap` "
      "and a `jvp` rule.",
      "auto_examples/plot_18_cpp_extension"),
+]  # fmt: skip
+
+
+# Built-ins whose double backward raises: appended, one entry per message.
+_BUILTINS_PAGE = "auto_examples/plot_14_builtins_without_double_backward"
+SCENARIOS += [
+    ("Attention's CPU kernel has no double backward", _builtin_sdpa,
+     "`F.scaled_dot_product_attention` (and `nn.MultiheadAttention`, "
+     "`nn.TransformerEncoderLayer`) ran on the CPU flash kernel, whose backward has no "
+     "derivative.",
+     "Run attention under `sdpa_kernel(SDPBackend.MATH)`, or call "
+     "`double_backward.ops.scaled_dot_product_attention`.",
+     _BUILTINS_PAGE),
+    ("cdist below 26 rows, or p other than 2", _builtin_cdist,
+     "`torch.cdist` with p = 2 on fewer than 26 rows (or any p other than 2) uses a kernel "
+     "whose backward, `_cdist_backward`, has no derivative.",
+     '`compute_mode="use_mm_for_euclid_dist"` for p = 2, or `double_backward.ops.cdist`.',
+     _BUILTINS_PAGE),
+    ("pdist has no double backward", _builtin_pdist,
+     "`F.pdist`'s backward, `_pdist_backward`, has no derivative.",
+     "`double_backward.ops.pdist`.",
+     _BUILTINS_PAGE),
+    ("hardsigmoid's backward has no derivative", _builtin_hardsigmoid,
+     "`F.hardsigmoid` (and `nn.Hardsigmoid`) under a gradient penalty.",
+     "`F.relu6(x + 3) / 6` computes the same function with ops that have a double backward.",
+     _BUILTINS_PAGE),
+    ("ctc_loss has no double backward", _builtin_ctc_loss,
+     "`F.ctc_loss`'s backward, `_ctc_loss_backward`, has no derivative (pytorch#70108).",
+     "No switch in torch: `double_backward.ops.ctc_loss` computes the loss as a log-space "
+     "recursion of differentiable ops.",
+     _BUILTINS_PAGE),
+    ("A loss's backward has no derivative", _builtin_multi_margin_loss,
+     "`F.multi_margin_loss` (and `multilabel_margin_loss`): their backward kernels have no "
+     "derivative.",
+     "Write the loss with differentiable ops (`clamp(margin - x[y] + x, min=0)`, averaged).",
+     _BUILTINS_PAGE),
 ]  # fmt: skip
 
 

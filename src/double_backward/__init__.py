@@ -8,6 +8,8 @@ The package is grouped by role:
   same cases in the modern API, higher orders, and the failures, broken on purpose;
 - :mod:`double_backward.checker`: :func:`check`, which tells whether your own Function
   supports double backward (torch and NumPy only);
+- :mod:`double_backward.model_check`: :func:`check_model`, the same question for a whole
+  model, answered with the submodule and the op that break it;
 - :mod:`double_backward.graph`: drawing autograd graphs with torchviz, for the pages;
 - :mod:`double_backward.ops`: replacements for built-ins that have no double backward
   (``scaled_dot_product_attention``, ``cdist``, ``pdist``, ``ctc_loss``).
@@ -36,8 +38,19 @@ _EXPORTS = {
     "Cube": "functions.untracked_backward",
     "CubeBackward": "functions.untracked_backward",
     "check": "checker",
+    "check_model": "model_check",
 }
-__all__ = ["Cube", "CubeBackward", "Exp", "Sinh", "SinhBad", "Square", "check", "sinh"]
+__all__ = [
+    "Cube",
+    "CubeBackward",
+    "Exp",
+    "Sinh",
+    "SinhBad",
+    "Square",
+    "check",
+    "check_model",
+    "sinh",
+]
 
 if TYPE_CHECKING:
     from .checker import check
@@ -45,6 +58,7 @@ if TYPE_CHECKING:
     from .functions.saving_intermediates import Sinh, SinhBad, sinh
     from .functions.saving_outputs import Exp
     from .functions.untracked_backward import Cube, CubeBackward
+    from .model_check import check_model
 
 
 def __getattr__(name: str) -> Any:

@@ -39,8 +39,8 @@ def check(
     wrt: Sequence[int | str] | int | str | None = None,
     surrogate_gradient: bool = False,
     dtype: torch.dtype = torch.float64,
-    points: int = 2,
-    directions: int = 3,
+    points: int | None = None,
+    directions: int = 2,
     fast_mode: bool | None = None,
     third_order: bool = False,
     seed: int = 0,
@@ -75,9 +75,10 @@ def check(
       ``dtype``, the check is retried in the dtype of your inputs, with a note.
     - ``points``: how many points to check at: your inputs, then points derived from them by
       a relative change of at most 1% (which keeps signs, intervals, definiteness). A failure
-      seen only at a derived point is shown, with the point, but does not decide ``ok``.
-    - ``directions``: random signed directions per check and point (3: the chance of missing
-      a 5% error in the Hessian-vector product is below 1e-5, see the checker page).
+      seen only at a derived point is shown, with the point, but does not decide ``ok``. By
+      default 2 while gradcheck runs, 1 above (the random directions are the evidence).
+    - ``directions``: random signed directions per check and point (2: the chance of missing
+      a 5% error in the Hessian-vector product is below 2e-4, derived on the checker page).
     - ``fast_mode``: gradcheck's mode. By default full mode up to 100 elements, fast mode
       while the Jacobians stay small, and above that the directional checks alone.
     - ``third_order``: also check the third derivative.
@@ -120,6 +121,8 @@ def check(
     weights = [torch.randn(outputs[i].shape, dtype=outputs[i].dtype,  # type: ignore[union-attr]
                            generator=settings.generator) for i in call.kept]  # fmt: skip
 
+    if points is None:
+        points = 1 if settings.gradcheck_mode == "none" else 2
     if not _check_points(call, inputs, points, settings, found, weights, report):
         return report
     _describe_passing(call, inputs, weights, found, report)
@@ -148,6 +151,8 @@ def _validate(fn: object, kwargs: object, dtype: object, points: object,
     if dtype not in evidence.TOLERANCES:
         raise TypeError(f"check: dtype must be one of {list(evidence.TOLERANCES)}, got {dtype!r}")
     for option, value in (("points", points), ("directions", directions)):
+        if value is None and option == "points":
+            continue
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"check: {option} must be a positive int, got {value!r}")
 
@@ -300,18 +305,32 @@ def _check_point(call: Call, at: tuple[torch.Tensor, ...], where: str, s: Settin
                  found: causes.Structure, weights: list[torch.Tensor],
                  report: Report) -> Problem | None:  # fmt: skip
     """The first-order, then the second-order checks at one point; the problem, if any."""
+    where_short = "yours" if where == "your inputs" else where
     try:
-        report.results[f"order 1, {where}"] = evidence.first_order(call, at, s)
+        report.results[f"order 1, {where_short}"] = evidence.first_order(call, at, s)
     except Failed as failure:
-        report.results[f"order 1, {where}"] = "FAILED"
+        report.results[f"order 1, {where_short}"] = "FAILED"
         return _first_order_problem(failure, where)
     try:
-        report.results[f"order 2, {where}"] = evidence.second_order(call, at, s)
+        report.results[f"order 2, {where_short}"] = evidence.second_order(call, at, s)
     except Failed as failure:
-        report.results[f"order 2, {where}"] = "FAILED"
-        found.not_reaching = causes.not_reaching(call, at, weights)
+        report.results[f"order 2, {where_short}"] = "FAILED"
+        _guarded(report, "graph", lambda: _read_failure(call, at, weights, s, found))
         return causes.cause_of_second_order_failure(failure, found, where)
     return None
+
+
+def _read_failure(call: Call, at: tuple[torch.Tensor, ...], weights: list[torch.Tensor],
+                  s: Settings, found: causes.Structure) -> None:
+    """What the graph and a watched backward say about a second-order failure."""  # fmt: skip
+    found.not_reaching = causes.not_reaching(call, at, weights)
+    try:
+        causes.watch_backward(call, at, found, weights)
+        if len(at) > 1 and not found.used([*found.stashed, *found.saved_intermediates]):
+            # Which terms are wrong: with several inputs, only a mixed one may be.
+            found.untracked_terms = causes.untracked_terms(call, at, weights, s)
+    except Exception:  # noqa: BLE001 - double backward may raise: the graph rules remain
+        found.untracked_terms = []
 
 
 def _first_order_problem(failure: Failed, where: str) -> Problem:
@@ -349,13 +368,13 @@ def _compare_forward_mode(call: Call, inputs: tuple[torch.Tensor, ...],
                           report: Report) -> None:  # fmt: skip
     first = _guarded(report, "forward mode",
                      lambda: evidence.jvp_agreement(call, inputs, weights, s), "skipped")
-    report.results["forward vs reverse mode"] = first
+    report.results["forward mode"] = first
     if first.startswith("skipped"):
         return
-    report.results["forward-over-reverse HVP"] = _guarded(
+    report.results["forward-mode HVP"] = _guarded(
         report, "HVP", lambda: evidence.hvp_agreement(call, inputs, weights, s), "skipped"
     )
-    disagreeing = [name for name in ("forward vs reverse mode", "forward-over-reverse HVP")
+    disagreeing = [name for name in ("forward mode", "forward-mode HVP")
                    if report.results[name] == "DISAGREE"]  # fmt: skip
     if not disagreeing:
         return

@@ -98,19 +98,21 @@ class Call:
         """The tensors passed as they are (not differentiated)."""
         return [a for a in (*self.args, *self.kwargs.values()) if differentiable(a)]
 
-    def outputs(self, *inputs: torch.Tensor) -> list[object]:
+    def outputs(self, *inputs: torch.Tensor, fresh: bool = False) -> list[object]:
+        """The outputs' leaves. Inputs are cloned unless ``fresh`` (made for this call): the
+        caller's tensors are never modified in place (mark_dirty), and the differentiated
+        inputs stay leaves."""
         args, kwargs = list(self.args), dict(self.kwargs)
         for slot, value in zip(self.slots, inputs, strict=True):
-            # A clone: the caller's tensors are never modified in place (mark_dirty), and
-            # the differentiated inputs stay leaves.
+            value = value if fresh else value.clone()
             if isinstance(slot, int):
-                args[slot] = value.clone()
+                args[slot] = value
             else:
-                kwargs[slot] = value.clone()
+                kwargs[slot] = value
         return flatten(self.fn(*args, **kwargs))
 
-    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        leaves = self.outputs(*inputs)
+    def __call__(self, *inputs: torch.Tensor, fresh: bool = False) -> tuple[torch.Tensor, ...]:
+        leaves = self.outputs(*inputs, fresh=fresh)
         return tuple(leaves[i] for i in self.kept)  # type: ignore[misc]
 
     def scalar(self, weights: Sequence[torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -131,7 +133,9 @@ def dot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> torch.Tensor:
     """
     total = torch.zeros((), dtype=torch.float64)
     for x, y in zip(a, b, strict=True):
-        total = total + (_as_real(x) * _as_real(y)).sum()
+        x, y = _as_real(x).reshape(-1), _as_real(y).reshape(-1)
+        if x.numel():  # torch.dot: no temporary as large as the tensors
+            total = total + torch.dot(x, y.to(x.dtype))
     return total
 
 
@@ -141,7 +145,7 @@ def _as_real(t: torch.Tensor) -> torch.Tensor:
 
 def norm(tensors: Sequence[torch.Tensor]) -> float:
     """The Euclidean norm of a list of tensors (complex ones as pairs of reals)."""
-    return float(sum(float(t.detach().abs().pow(2).sum()) for t in tensors) ** 0.5)
+    return float(sum(float(torch.linalg.vector_norm(t.detach())) ** 2 for t in tensors) ** 0.5)
 
 
 def slots_of(

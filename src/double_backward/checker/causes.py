@@ -14,9 +14,11 @@ from typing import Any
 
 import torch
 
+from torch.overrides import TorchFunctionMode
+
 from ..graph_walks import reaches
-from .calling import Call, describe, differentiable, quietly
-from .evidence import Failed
+from .calling import Call, describe, differentiable, flatten, quietly
+from .evidence import Failed, Settings, wrong_second_derivatives
 from .report import Problem
 
 _ONCE_DIFFERENTIABLE_MESSAGE = "marked with @once_differentiable"
@@ -34,6 +36,18 @@ class Structure:
     once_differentiable: list[str] = dataclasses.field(default_factory=list)
     multi_output: list[str] = dataclasses.field(default_factory=list)
     not_reaching: list[str] = dataclasses.field(default_factory=list)
+    # After a failure: wrong second-derivative terms whose gradient has no graph back to the
+    # input, as (gradient's input, input) labels; what backward did outside autograd.
+    untracked_terms: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    backward_untracked: list[str] = dataclasses.field(default_factory=list)
+    backward_used: set[int] | None = None  # data_ptrs the backward's torch ops read
+    pointers: dict[str, int] = dataclasses.field(default_factory=dict)  # entry -> data_ptr
+
+    def used(self, entries: list[str]) -> list[str]:
+        """The entries backward's torch operations read (all, if that was not watched)."""
+        if self.backward_used is None:
+            return entries
+        return [e for e in entries if self.pointers.get(e) in self.backward_used]
     # What is checked: "custom" (a Function's apply), "composite" (a function calling
     # custom Functions) or "builtin" (torch's own operators only).
     what: str = "custom"
@@ -87,6 +101,7 @@ def structure(
         for attribute, value in sorted(vars(node).items()):
             if differentiable(value) and not value.requires_grad:
                 found.stashed.append(f"ctx.{attribute} in {name} ({describe(value)})")
+                found.pointers[found.stashed[-1]] = value.data_ptr()
         try:
             saved = node.saved_tensors
         except RuntimeError:  # already freed, or unpack refused: nothing to name
@@ -101,6 +116,7 @@ def structure(
             elif not any(_same(tensor, x) for x in (*inputs, *constants)):
                 # Not an input we differentiate, nor a constant the caller passed.
                 found.saved_intermediates.append(where)
+                found.pointers[where] = tensor.data_ptr()
         # One metadata entry per output of forward, even those a wrapper drops.
         count = len(getattr(node, "_input_metadata", ()))
         if count > 1:
@@ -154,10 +170,12 @@ def cause_of_second_order_failure(failure: Failed, found: Structure, where: str)
                 f"double backward, or avoid differentiating through it twice. Seen: {seen}"
             ), "builtins")  # fmt: skip
         return Problem("double-backward-raised", f"double backward raises an error. Seen: {seen}")
-    if found.stashed:
+    stashed = found.used(found.stashed)
+    saved_intermediates = found.used(found.saved_intermediates)
+    if stashed:
         return Problem("stashed-on-ctx", (
             "forward stored tensors as ctx attributes instead of save_for_backward: "
-            f"{'; '.join(found.stashed)}. Made in no-grad mode, they have no history, so the "
+            f"{'; '.join(stashed)}. Made in no-grad mode, they have no history, so the "
             "gradient built from them cannot be differentiated. Return intermediates as extra "
             f"outputs and save them with save_for_backward. Seen: {seen}"
         ), "intermediates")  # fmt: skip
@@ -168,22 +186,15 @@ def cause_of_second_order_failure(failure: Failed, found: Structure, where: str)
             "from ctx.saved_tensors without history, and the second derivative is lost. Do not "
             f"mark outputs that backward differentiates through. Seen: {seen}"
         ), "intermediates")  # fmt: skip
-    if found.saved_intermediates:
+    if saved_intermediates:
         return Problem("saved-intermediate", (
             "forward saved tensors with no autograd history while the inputs require grad: "
-            f"{'; '.join(found.saved_intermediates)}. An intermediate result's gradient cannot "
+            f"{'; '.join(saved_intermediates)}. An intermediate result's gradient cannot "
             "be differentiated again. Return it as an extra output (and add its gradient in "
             f"backward), or recompute it in backward from the saved inputs. Seen: {seen}"
         ), "intermediates")  # fmt: skip
-    if found.not_reaching or _NO_GRAPH_MESSAGE in text:
-        inputs = ", ".join(found.not_reaching) or "its inputs"
-        return Problem("no-graph", (
-            f"the first derivative with respect to {inputs} has no graph back to that input, "
-            "yet the second derivative is not zero: backward uses a tensor autograd does not "
-            "track (detached, computed under no_grad, with NumPy or another library). Use the "
-            "saved tensors as they are, and wrap non-torch code in a Function of its own. "
-            f"Seen: {seen}"
-        ), "untracked")  # fmt: skip
+    if found.untracked_terms or found.not_reaching or _NO_GRAPH_MESSAGE in text:
+        return _no_graph(found, seen)
     if found.multi_output:
         return Problem("wrong-second-derivative", (
             "the second derivative is silently wrong, although the graph reaches the inputs. "
@@ -195,6 +206,108 @@ def cause_of_second_order_failure(failure: Failed, found: Structure, where: str)
         "the second derivative is silently wrong, although the graph reaches the inputs (the "
         f"backward of backward computes something else). Seen: {seen}"
     ), "deriving")  # fmt: skip
+
+
+def _no_graph(found: Structure, seen: str) -> Problem:
+    how = (f" Backward {' and '.join(found.backward_untracked)}."
+           if found.backward_untracked else "")  # fmt: skip
+    terms = found.untracked_terms
+    if terms and all(grad_of != wrt for grad_of, wrt in terms):
+        lost = "; ".join(f"d/d({wrt}) of the gradient with respect to {grad_of}"
+                         for grad_of, wrt in terms)  # fmt: skip
+        return Problem("no-graph", (
+            f"only a mixed term of the second derivative is lost: {lost}. The gradient with "
+            "respect to "
+            + "; ".join(f"{grad_of} has no graph back to {wrt}" for grad_of, wrt in terms)
+            + f", yet depends on it; every other second derivative is right.{how} Use the "
+            f"saved tensor itself (not .data, .detach() or a NumPy copy). Seen: {seen}"
+        ), "untracked")  # fmt: skip
+    inputs = ", ".join(sorted({g for g, _ in terms})) or ", ".join(found.not_reaching) or (
+        "its inputs")  # fmt: skip
+    return Problem("no-graph", (
+        f"the first derivative with respect to {inputs} has no graph back to the inputs, "
+        f"yet the second derivative is not zero: backward computes outside autograd.{how or ' It uses a tensor autograd does not track (detached, computed under no_grad, with NumPy or another library).'} "
+        "Use the saved tensors as they are, and wrap non-torch code in a Function of its "
+        f"own. Seen: {seen}"
+    ), "untracked")  # fmt: skip
+
+
+def untracked_terms(call: Call, at: Sequence[torch.Tensor], weights: Sequence[torch.Tensor],
+                    s: Settings) -> list[tuple[str, str]]:
+    """The wrong terms of the second derivative whose gradient has no graph to the input."""  # fmt: skip
+    wrong = wrong_second_derivatives(call, tuple(at), s)
+    with torch.enable_grad():
+        leaves = tuple(x.detach().requires_grad_() for x in at)
+        grads = quietly(lambda: torch.autograd.grad(
+            call.scalar(weights)(*leaves), leaves, create_graph=True, allow_unused=True))  # fmt: skip
+    return [
+        (call.label(call.slots[j]), call.label(call.slots[i]))
+        for j, i in wrong
+        if grads[j] is None or not reaches(grads[j], leaves[i])
+    ]
+
+
+class _Watch(TorchFunctionMode):
+    """Records what a backward does: tensors its torch operations read, and what it does
+    outside autograd (NumPy, .data, .detach(), no_grad)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.used: set[int] = set()
+        self.untracked: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name == "__get__":  # a property: Tensor.data, Tensor.T, ...
+            name = getattr(getattr(func, "__self__", None), "__name__", name)
+        what = {"numpy": "calls .numpy()", "data": "reads .data", "detach": "calls .detach()"}
+        if name in what:
+            if what[name] not in self.untracked:
+                self.untracked.append(what[name])
+        elif not torch.is_grad_enabled():
+            if "runs operations under no_grad" not in self.untracked:
+                self.untracked.append("runs operations under no_grad")
+        else:
+            tensors = [t for t in flatten([*args, *kwargs.values()])
+                       if isinstance(t, torch.Tensor)]  # fmt: skip
+            self.used.update(t.data_ptr() for t in tensors)
+        return func(*args, **kwargs)
+
+
+def watch_backward(call: Call, at: Sequence[torch.Tensor], found: Structure,
+                   weights: Sequence[torch.Tensor]) -> None:
+    """Run backward once with each custom Function's backward watched (patched on its class
+    for this one call, then restored: not thread-safe)."""  # fmt: skip
+    with torch.enable_grad():
+        leaves = tuple(x.detach().requires_grad_() for x in at)
+        all_outputs = quietly(lambda: call.outputs(*leaves))
+        outputs = [all_outputs[i] for i in call.kept]
+        # This call's own tensors: the pointers of the entries found at the first call.
+        found.pointers = structure(call, leaves, all_outputs, True).pointers
+        classes = {node._forward_cls for node in custom_nodes(outputs)}
+        watch = _Watch()
+        originals = {cls: cls.__dict__.get("backward") for cls in classes}
+        for cls in classes:
+            inner = cls.backward
+
+            def watched(ctx, *grads, inner=inner):  # type: ignore[no-untyped-def]
+                with watch:
+                    return inner(ctx, *grads)
+
+            cls.backward = staticmethod(watched)
+        try:
+            total = sum((o * w).sum() for o, w in zip(outputs, weights, strict=True))
+            quietly(lambda: torch.autograd.grad(total, leaves, create_graph=True,
+                                                allow_unused=True))  # fmt: skip
+        finally:
+            for cls, original in originals.items():
+                if original is None:
+                    del cls.backward
+                else:
+                    cls.backward = original
+    found.backward_used = watch.used
+    found.backward_untracked = watch.untracked
 
 
 def notes_on_passing_structure(found: Structure) -> list[str]:

@@ -120,11 +120,11 @@ class Report:
 def render_text(report: Report) -> str:
     """The report for people: the verdict, one line per check, notes, problems in full."""
     lines = [wrap(f"{report.function}: {report.verdict}", "", "  ")]
-    lines += [shorten(f"  {name:20} {result}") for name, result in report.results.items()]
+    lines += [shorten(f"  {name:16} {result}") for name, result in report.results.items()]
     if report.torch_func:
-        lines.append(shorten(f"  {'torch.func':20} {_torch_func_line(report)}"))
+        lines.append(shorten(f"  {'torch.func':16} {_torch_func_line(report)}"))
         if any(result != "works" for result in report.torch_func.values()):
-            lines.append(f"  {'':20} (not required) read: {DOCS_URL + PAGES['compatibility']}")
+            lines.append(f"    (not required) read: {DOCS_URL + PAGES['compatibility']}")
     lines += [wrap(f"note: {note}", "  ", "    ") for note in report.notes]
     for problem in report.derived_only:
         lines.append("seen only at a point derived from your inputs (judge it yourself):")

@@ -605,3 +605,117 @@ def test_complex_inputs_are_checked_in_pytorchs_convention():
     large = torch.randn(3000, dtype=torch.complex128)
     assert check(ComplexSquare.apply, large, points=1).ok
     assert check(ComplexSquareNoConj.apply, large, points=1).problem_names() == {"first-order"}
+
+
+# -- derived points, messages fitted to what was checked ----------------------------------
+
+
+def test_a_failure_only_at_a_derived_point_is_shown_with_the_point_and_does_not_decide(x):
+    given = x.double()
+
+    class RightOnlyAtTheGivenPoint(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            ctx.save_for_backward(t)
+            return t**2
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            (t,) = ctx.saved_tensors
+            # Away from the given point (beyond finite-difference steps), the derivative
+            # of the gradient loses its graph: detached.
+            near = torch.allclose(t.detach(), given, atol=1e-4)
+            return grad_out * 2 * (t if near else t.detach())
+
+    report = check(RightOnlyAtTheGivenPoint.apply, x)
+    assert report.ok, str(report)
+    (problem,) = report.derived_only
+    assert "derived from your inputs" in problem.diagnosis
+    assert "argument 0 = [" in problem.diagnosis  # the point, shown
+    assert "a check failed at a derived point" in report.verdict
+    assert "seen only at a point derived from your inputs" in str(report)
+
+
+def test_derived_points_keep_a_positive_definite_input_positive_definite():
+    generator = torch.Generator().manual_seed(0)
+    m = torch.randn(4, 4, generator=generator, dtype=torch.float64)
+    spd = m @ m.T + 3 * torch.eye(4, dtype=torch.float64)
+
+    def cholesky(a):
+        return torch.linalg.cholesky_ex((a + a.mT) / 2).L
+
+    report = check(cholesky, spd, points=4)
+    assert report.ok and report.results["points checked"] == "4", str(report)
+    assert not report.derived_only
+
+
+def test_built_in_operators_get_advice_about_built_ins(x, monkeypatch):
+    import torch.nn.functional as F
+
+    from double_backward.checker import evidence
+
+    # pdist's double backward raises inside PyTorch (issue #16's list): named as raised.
+    report = check(F.pdist, torch.randn(4, 3))
+    assert report.problem_names() == {"double-backward-raised"}
+    assert report.problems[0].page == "builtins"
+    # A forward-mode disagreement in a built-in is not blamed on a jvp staticmethod.
+    monkeypatch.setattr(evidence, "jvp_agreement", lambda *args: "DISAGREE")
+    monkeypatch.setattr(evidence, "hvp_agreement", lambda *args: "agree")
+    (problem,) = check(torch.sin, x).problems
+    assert "PyTorch's own operators" in problem.diagnosis
+    assert "jvp staticmethod" not in problem.diagnosis
+    (problem,) = check(lambda t: setup_context_style.Cube.apply(t) * 2, x).problems
+    assert "a Function it calls" in problem.diagnosis
+    (problem,) = check(setup_context_style.Cube.apply, x).problems
+    assert problem.diagnosis.endswith("as backward.")
+
+
+def test_complex_outputs_are_checked_not_dropped():
+    report = check(torch.fft.fft, torch.randn(8))
+    assert report.ok and not any("left out" in note for note in report.notes), str(report)
+
+
+def test_the_setup_context_message_is_said_once_and_a_passing_report_is_short(x):
+    from .checker_corpus import ReLUMask
+
+    text = str(check(Cube.apply, x))
+    assert text.count("setup_context") <= 1
+    relu = str(check(ReLUMask.apply, x)).splitlines()
+    assert relu[0] == "ReLUMask.apply: supports double backward at the points checked"
+    assert len(relu) <= 14 and all(len(line) <= 79 or "read: " in line for line in relu)
+
+
+class TakeRows(torch.autograd.Function):
+    """x[index] with an int64 index tensor (torch_scatter / pytorch3d gather ops)."""
+
+    @staticmethod
+    def forward(ctx, t, index):
+        ctx.save_for_backward(index)
+        ctx.rows = t.shape[0]
+        return t[index]
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (index,) = ctx.saved_tensors
+        return grad_out.new_zeros(ctx.rows, *grad_out.shape[1:]).index_add(0, index, grad_out), None
+
+
+def take_rows_setup():
+    """--setup: the arguments the options cannot describe."""
+    return (torch.randn(4, 2, dtype=torch.float64), torch.tensor([3, 0, 0, 1]))
+
+
+def test_the_command_line_takes_integer_tensors_and_a_setup_function(capsys):
+    argv = ["tests.test_checker:TakeRows", "--shape", "4,2", "--arg-int-tensor", "0,2,1"]
+    assert main(argv) == 0, capsys.readouterr()
+    setup = ["--setup", "tests.test_checker:take_rows_setup"]
+    assert main(["tests.test_checker:TakeRows", *setup]) == 0
+    assert main(["tests.test_checker:TakeRows", "--arg-int-tensor", "0,x"]) == 2
+    assert "integers separated by commas" in capsys.readouterr().err
+
+
+def test_a_float32_only_function_gets_a_hint_about_dtype(capsys):
+    assert main(["tests.checker_corpus:Float32OnlyTanh"]) == 2
+    assert "try --dtype float32" in capsys.readouterr().err
+    assert main(["tests.checker_corpus:Float32OnlyTanh", "--dtype", "float32"]) == 0
+    assert main(["tests.checker_corpus:ComplexSquare", "--domain", "complex"]) == 0

@@ -36,7 +36,7 @@ def check(
     fn: Callable[..., Any],
     *args: Any,
     kwargs: dict[str, Any] | None = None,
-    wrt: Sequence[int | str] | int | str | None = None,
+    wrt: tuple[int | str, ...] | list[int | str] | int | str | None = None,
     surrogate_gradient: bool = False,
     dtype: torch.dtype = torch.float64,
     points: int | None = None,

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-
 from torch.overrides import TorchFunctionMode
 
 from ..graph_walks import reaches
@@ -224,9 +223,11 @@ def _no_graph(found: Structure, seen: str) -> Problem:
         ), "untracked")  # fmt: skip
     inputs = ", ".join(sorted({g for g, _ in terms})) or ", ".join(found.not_reaching) or (
         "its inputs")  # fmt: skip
+    how = how or (" It uses a tensor autograd does not track (detached, computed under "
+                  "no_grad, with NumPy or another library).")  # fmt: skip
     return Problem("no-graph", (
         f"the first derivative with respect to {inputs} has no graph back to the inputs, "
-        f"yet the second derivative is not zero: backward computes outside autograd.{how or ' It uses a tensor autograd does not track (detached, computed under no_grad, with NumPy or another library).'} "
+        f"yet the second derivative is not zero: backward computes outside autograd.{how} "
         "Use the saved tensors as they are, and wrap non-torch code in a Function of its "
         f"own. Seen: {seen}"
     ), "untracked")  # fmt: skip
@@ -234,12 +235,14 @@ def _no_graph(found: Structure, seen: str) -> Problem:
 
 def untracked_terms(call: Call, at: Sequence[torch.Tensor], weights: Sequence[torch.Tensor],
                     s: Settings) -> list[tuple[str, str]]:
-    """The wrong terms of the second derivative whose gradient has no graph to the input."""  # fmt: skip
+    """The wrong terms of the second derivative whose gradient has no graph to the
+    input."""
     wrong = wrong_second_derivatives(call, tuple(at), s)
     with torch.enable_grad():
         leaves = tuple(x.detach().requires_grad_() for x in at)
         grads = quietly(lambda: torch.autograd.grad(
-            call.scalar(weights)(*leaves), leaves, create_graph=True, allow_unused=True))  # fmt: skip
+            call.scalar(weights)(*leaves), leaves, create_graph=True,
+            allow_unused=True))  # fmt: skip
     return [
         (call.label(call.slots[j]), call.label(call.slots[i]))
         for j, i in wrong
@@ -256,7 +259,7 @@ class _Watch(TorchFunctionMode):
         self.used: set[int] = set()
         self.untracked: list[str] = []
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]  # noqa: E501
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         if name == "__get__":  # a property: Tensor.data, Tensor.T, ...

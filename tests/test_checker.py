@@ -719,3 +719,34 @@ def test_a_float32_only_function_gets_a_hint_about_dtype(capsys):
     assert "try --dtype float32" in capsys.readouterr().err
     assert main(["tests.checker_corpus:Float32OnlyTanh", "--dtype", "float32"]) == 0
     assert main(["tests.checker_corpus:ComplexSquare", "--domain", "complex"]) == 0
+
+
+def test_small_pieces_of_the_report_and_the_arguments():
+    from double_backward.checker import Report, calling
+
+    two = Report("f", problems=[Problem("a", "first thing. more"), Problem("b", "second")])
+    assert two.verdict == "PROBLEM [a] first thing (+1 more)"
+    assert calling.preview(torch.tensor([1 + 2j] * 5)) == "[1+2j, 1+2j, 1+2j, 1+2j, ...]"
+    assert check(Square.apply, torch.randn(2000), third_order=True).results[
+        "third order"
+    ].startswith("skipped")
+
+
+def softplus_setup():
+    """--setup returning (args, kwargs)."""
+    return (torch.randn(3, dtype=torch.float64),), {"beta": 2.0}
+
+
+def test_the_command_line_setup_may_return_keywords_too():
+    setup = ["--setup", "tests.test_checker:softplus_setup"]
+    assert main(["tests.checker_corpus:softplus", *setup]) == 0
+
+
+def test_watching_an_inherited_backward_leaves_the_class_as_it_was(x):
+    class Child(failures.SinhSavesIntermediate):  # backward inherited, not its own
+        pass
+
+    report = check(Child.apply, x)
+    assert report.problem_names() == {"saved-intermediate"}
+    assert "backward" not in Child.__dict__
+    assert "backward" in failures.SinhSavesIntermediate.__dict__

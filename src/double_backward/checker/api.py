@@ -78,7 +78,8 @@ def check(
       seen only at a derived point is shown, with the point, but does not decide ``ok``. By
       default 2 while gradcheck runs, 1 above (the random directions are the evidence).
     - ``directions``: random signed directions per check and point (2: the chance of missing
-      a 5% error in the Hessian-vector product is below 2e-4, derived on the checker page).
+      a 5% error in the Hessian-vector product is at most 2.5e-4, derived on the checker
+      page).
     - ``fast_mode``: gradcheck's mode. By default full mode up to 100 elements, fast mode
       while the Jacobians stay small, and above that the directional checks alone.
     - ``third_order``: also check the third derivative.

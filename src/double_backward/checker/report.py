@@ -81,7 +81,7 @@ class Report:
 
     @property
     def verdict(self) -> str:
-        """One line: "supports double backward", or the first problem."""
+        """The verdict in one line ("supports double backward ...", or the first problem)."""
         if self.problems:
             first = self.problems[0]
             more = f" (+{len(self.problems) - 1} more)" if len(self.problems) > 1 else ""

@@ -467,12 +467,12 @@ def test_python_dash_m_runs_the_command_line():
 
 
 class SeededDropout(torch.autograd.Function):
-    """A Triton-tutorial-style dropout: the mask comes from a ``seed`` keyword."""
+    """A Triton-tutorial-style dropout: the mask comes from a seed."""
 
     seeds_seen: list[int] = []
 
     @staticmethod
-    def forward(ctx, t, *, p=0.5, seed):
+    def forward(ctx, t, p, seed):
         SeededDropout.seeds_seen.append(seed)
         generator = torch.Generator().manual_seed(seed)
         mask = (torch.rand(t.shape, generator=generator) > p).to(t.dtype) / (1 - p)
@@ -482,23 +482,12 @@ class SeededDropout(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         (mask,) = ctx.saved_tensors
-        return grad_out * mask
+        return grad_out * mask, None, None
 
 
 def seeded_dropout(t, *, p=0.5, seed):
-    return SeededDropout.apply(t, p=p, seed=seed) if False else _dropout(t, p, seed)
-
-
-def _dropout(t, p, seed):
-    # Function.apply takes positional arguments only: the keywords are the wrapper's.
-    class Apply(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, t):
-            return SeededDropout.forward(ctx, t, p=p, seed=seed)
-
-        backward = SeededDropout.backward
-
-    return Apply.apply(t)
+    """The wrapper users call, with keywords (Function.apply takes positions)."""
+    return SeededDropout.apply(t, p, seed)
 
 
 def test_a_function_keyword_named_like_an_option_reaches_the_function(x):

@@ -146,7 +146,7 @@ def second_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
         done.append(f"gradgradcheck {s.gradcheck_mode}")
     if s.surrogate_gradient:
         worst = backward_derivative_directions(call, at, s)
-        done.append(f"{s.directions} directions of backward (error {worst:.0e})")
+        done.append(f"{s.directions} directions (error {worst:.0e})")
     else:
         worst = hvp_directions(call, at, s)
         done.append(f"{s.directions} HVPs + mixed (error {worst:.0e})")

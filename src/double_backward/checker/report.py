@@ -136,7 +136,8 @@ def render_text(report: Report) -> str:
 def _torch_func_line(report: Report) -> str:
     """What works and what does not, on one line (the details are in ``torch_func``)."""
     works = [name.split(" ")[0] for name, r in report.torch_func.items() if r == "works"]
-    fails = {name.split(" ")[0]: r for name, r in report.torch_func.items() if r != "works"}
+    fails = {name.split(" ")[0]: _reason(r) for name, r in report.torch_func.items()
+             if r != "works"}  # fmt: skip
     parts = [f"{', '.join(works)} work"] if works else []
     reasons = set(fails.values())
     if len(reasons) == 1 and fails:
@@ -144,6 +145,13 @@ def _torch_func_line(report: Report) -> str:
     else:
         parts += [f"{name}: {reason}" for name, reason in fails.items()]
     return "; ".join(parts)
+
+
+def _reason(result: str) -> str:
+    """A torch.func failure, short enough for one line (the whole message is in the data)."""
+    if "setup_context staticmethod" in result:
+        return "not supported (no setup_context)"
+    return result
 
 
 def wrap(text: str, first: str, rest: str) -> str:

@@ -739,3 +739,31 @@ def test_watching_an_inherited_backward_leaves_the_class_as_it_was(x):
     assert report.problem_names() == {"saved-intermediate"}
     assert "backward" not in Child.__dict__
     assert "backward" in failures.SinhSavesIntermediate.__dict__
+
+
+def test_opinfo_false_alarms_of_the_review_are_gone():
+    import torch.nn.functional as F
+
+    # embedding_bag's double backward raises NotImplementedError: "raised", not "no-graph"
+    # (the weight enters linearly, which the no-graph rule would have blamed).
+    index, offsets = torch.tensor([0, 2, 1, 3]), torch.tensor([0, 2])
+    weight = torch.randn(5, 3, dtype=torch.float64).requires_grad_()
+    out = F.embedding_bag(index, weight, offsets, mode="max")
+    grad_out = torch.ones_like(out).requires_grad_()  # as in a gradient penalty
+    (grad,) = torch.autograd.grad(out, weight, grad_out, create_graph=True)
+    with pytest.raises(NotImplementedError):  # independent: torch itself refuses
+        torch.autograd.grad(grad.sum(), grad_out)
+    report = check(lambda w: F.embedding_bag(index, w, offsets, mode="max"), weight.detach())
+    assert report.problem_names() == {"double-backward-raised"}
+    # lu_solve passes at the user's point and at derived points (which keep the factors'
+    # structure), as gradgradcheck says.
+    a = torch.randn(3, 3, dtype=torch.float64) + 3 * torch.eye(3, dtype=torch.float64)
+    lu, pivots = torch.linalg.lu_factor(a)
+    b = torch.randn(3, 2, dtype=torch.float64)
+
+    def solve(lu, b):
+        return torch.linalg.lu_solve(lu, pivots, b)
+
+    assert gradgradcheck(solve, (lu.clone().requires_grad_(), b.clone().requires_grad_()))
+    report = check(solve, lu, b, points=3)
+    assert report.ok and not report.derived_only, str(report)

@@ -130,7 +130,7 @@ def first_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
     if s.surrogate_gradient:  # the first derivative is taken as given
         return "passed: linear in grad_out (surrogate: taken as given)"
     worst = vjp_directions(call, at, outs, s)
-    return "passed: " + ", ".join([*done, "linear", f"{s.directions} VJPs (error {worst:.0e})"])
+    return "passed: " + ", ".join([*done, "linear", f"{s.directions} VJPs ({_error_text(worst)})"])
 
 
 def second_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
@@ -146,10 +146,10 @@ def second_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
         done.append(f"gradgradcheck {s.gradcheck_mode}")
     if s.surrogate_gradient:
         worst = backward_derivative_directions(call, at, s)
-        done.append(f"{s.directions} directions (error {worst:.0e})")
+        done.append(f"{s.directions} directions ({_error_text(worst)})")
     else:
         worst = hvp_directions(call, at, s)
-        done.append(f"{s.directions} HVPs + mixed (error {worst:.0e})")
+        done.append(f"{s.directions} HVPs + mixed ({_error_text(worst)})")
     return "passed: " + ", ".join(done)
 
 
@@ -295,6 +295,12 @@ def _vector_error(analytic: Sequence[torch.Tensor], center: Sequence[torch.Tenso
         return None
     scale = max(squared_analytic, squared_fd)
     return (squared_error / scale) ** 0.5 if scale > 0 else 0.0
+
+
+def _error_text(worst: float) -> str:
+    """The worst relative error for the report; below 1e-8 it is rounding noise, whose last
+    digits may differ between machines, so it is not printed."""
+    return "error < 1e-8" if worst < 1e-8 else f"error {worst:.0e}"
 
 
 def _worst(errors: list[float], tried: int, s: Settings, what: str) -> float:

@@ -184,7 +184,8 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(reuse_venv=True)
 def bench_checker(session: nox.Session) -> None:
-    """Time one double_backward.check against the input size, 10 to 100,000 elements."""
+    """Time and memory of one double_backward.check, 1e3 to 1e6 elements, and its detection
+    rate on a planted 5% error."""
     install(session)
     session.run("python", "benchmarks/checker_scaling.py", *session.posargs)
 

@@ -4,20 +4,25 @@ Check your own Function
 
 :func:`double_backward.check` tells whether a custom Function supports double backward, and
 when it does not, why. This page runs it on Functions like the ones real projects write: a
-ReLU, a bilinear matmul, a loss with an integer target, a view, and three broken ones. Each
-report is printed in full, so you see what a verdict and a diagnosis look like.
+ReLU, a bilinear matmul, a loss with an integer target, a view, a normalisation over wide
+rows, a straight-through estimator, a complex Function, and broken ones. Each report opens
+with its verdict in one line, then one line per check.
 
-The verdict comes from evidence: a problem is reported only when a check was seen to fail
-(:func:`~torch.autograd.gradcheck`, :func:`~torch.autograd.gradgradcheck` with an incoming
-gradient that requires grad, forward mode against reverse mode), at two points. The graph is
-read only to name the cause of a failure.
+The verdict comes from evidence: a problem is reported only when a check was seen to fail.
+While the Jacobians are small, :func:`~torch.autograd.gradcheck` and
+:func:`~torch.autograd.gradgradcheck` run (the latter with an incoming gradient that requires
+grad). At every size, random *signed* directions are checked: the vector-Jacobian product
+against central differences, backward's linearity in its incoming gradient, and the
+Hessian-vector product and mixed term against central differences of the gradient. Each of
+these costs a few calls of your Function, so the verdict does not weaken as the inputs grow.
+The graph is read only to name the cause of a failure.
 """
 
 # %%
 # A ReLU: a zero second derivative is an answer
 # ---------------------------------------------
-# PyTorch's own first example of a custom Function is a ReLU whose backward multiplies by the
-# mask ``x > 0``. Its gradient has no graph back to ``x``: that is right, since the second
+# A ReLU whose backward multiplies by the mask ``x > 0`` is among the first custom Functions
+# people write. Its gradient has no graph back to ``x``: that is right, since the second
 # derivative of a piecewise-linear function is zero. The report says so in a note.
 import torch
 
@@ -161,6 +166,206 @@ print(check(lambda x: SquareKernel.apply(x, 0.5), torch.randn(4)))
 print(check(SquareKernel.apply, torch.randn(4)))
 
 # %%
+# A normalisation over wide rows, at 10,000 elements
+# --------------------------------------------------
+# Fused RMSNorm kernels save ``rstd = 1/sqrt(mean(x²) + eps)`` to skip a reduction in
+# backward. Saved from forward, it has no history, so the part of the second derivative that
+# flows through it is lost. Over a row of 100 values that part is small per element, yet the
+# Hessian-vector product is about 10% off. gradcheck's fast mode averages such an error away
+# and its full mode would build a 10,000 x 20,000 Jacobian; the random signed directions
+# catch it for a few calls of the Function.
+
+
+class RMSNormSavesRstd(torch.autograd.Function):  # BROKEN on purpose
+    @staticmethod
+    def forward(ctx, x, weight):
+        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        ctx.save_for_backward(x, weight, rstd)  # rstd: an intermediate, the mistake
+        return x * rstd * weight
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight, rstd = ctx.saved_tensors
+        x_hat, grad_w = x * rstd, grad_out * weight
+        grad_x = rstd * (grad_w - x_hat * (grad_w * x_hat).mean(-1, keepdim=True))
+        return grad_x, (grad_out * x_hat).sum(0)
+
+
+print(check(RMSNormSavesRstd.apply, torch.randn(100, 100), torch.rand(100) + 0.5))
+
+# %%
+# How sure is a passing verdict?
+# ------------------------------
+# Say the Hessian-vector product :math:`Hu` is wrong by :math:`E u`, with
+# :math:`\|E\|_F = \varepsilon \|H\|_F` (a 5% error: :math:`\varepsilon = 0.05`). A random
+# direction :math:`u \sim N(0, I)` misses it when the relative error it shows,
+# :math:`\|Eu\| / \|Hu\|`, stays below the tolerance :math:`\tau = 10^{-3}` (float64).
+# The hardest error to meet is one on a single element: then :math:`\|Eu\| = \|E\|_F |z|`
+# for one standard normal :math:`z`, while :math:`\|Hu\|^2` has mean :math:`\|H\|_F^2`.
+# Since :math:`P(|z| < c) \le c\sqrt{2/\pi}`, and by Jensen's inequality,
+#
+# .. math::
+#
+#    P(\text{miss in one direction}) \le \sqrt{2/\pi}\,\frac{\tau}{\varepsilon}
+#    = 0.8 \times \frac{10^{-3}}{0.05} \approx 0.016,
+#
+# and with :math:`k` independent directions :math:`0.016^k`: :math:`2.5 \times 10^{-4}` for
+# the default :math:`k = 2`. (The bound assumes the error's direction does not favour those
+# where :math:`\|Hu\|` is large; ``directions=`` buys more.) Measured on a cube whose
+# double backward adds 5% of :math:`\|H\|_F` to one element, at 1,000 elements (no
+# gradcheck there: the directions alone):
+
+
+class _CubeGradWithError(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, v):
+        ctx.save_for_backward(x, v)
+        return 3 * x * x * v
+
+    @staticmethod
+    def backward(ctx, gg):
+        x, v = ctx.saved_tensors
+        extra = torch.zeros_like(x)
+        extra[0] = 0.05 * (6 * x * v).detach().norm() * gg[0]  # 5% of |H|, on one element
+        return 6 * x * v * gg + extra, 3 * x * x * gg
+
+
+class CubeWithHvpError(torch.autograd.Function):  # BROKEN on purpose, by 5%
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x**3
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        return _CubeGradWithError.apply(x, grad_out)
+
+
+def misses(directions, trials=300):
+    generator = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(1000, generator=generator) for _ in range(trials)]
+    return sum(check(CubeWithHvpError.apply, x, directions=directions, seed=i).ok
+               for i, x in enumerate(inputs))  # fmt: skip
+
+
+for k in (1, 2):
+    p = 0.016**k  # the bound on one check's chance of a miss
+    print(f"{k} direction(s): missed {misses(k)} of 300 checks (bound: {300 * p:.2g} on "
+          f"average, give or take {(300 * p * (1 - p)) ** 0.5:.2g})")
+
+# %%
+# Surrogate gradients: a backward that is not the derivative on purpose
+# ---------------------------------------------------------------------
+# A straight-through estimator rounds in forward and passes ``grad_out`` through in
+# backward; gradient reversal (domain-adversarial training) returns ``-grad_out``; a VQ-VAE
+# codebook does both. Their first derivative is wrong by design, so a plain check reports
+# ``first-order``. With ``surrogate_gradient=True`` (``--surrogate-gradient``) the first
+# derivative is taken as given, and the checker tests what double backward must still get
+# right: backward is linear in ``grad_out``, and differentiating backward agrees with
+# central differences of *your* backward.
+
+
+class StraightThroughRound(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return torch.round(x)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        return grad_out
+
+
+x = torch.randn(4, 3) * 3
+print(check(StraightThroughRound.apply, x).verdict)
+print(check(StraightThroughRound.apply, x, surrogate_gradient=True))
+
+# %%
+# A spiking neuron's surrogate, broken
+# ------------------------------------
+# Spiking networks fire a step in forward and use the derivative of a sigmoid in backward.
+# Saving that sigmoid from forward loses its own derivative: the surrogate mode finds it,
+# since double backward no longer matches central differences of the backward.
+
+
+class SpikeSavesSigmoid(torch.autograd.Function):  # BROKEN on purpose
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(torch.sigmoid(4 * x))  # an intermediate, the mistake
+        return (x > 0).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (s,) = ctx.saved_tensors
+        return grad_out * 4 * s * (1 - s)
+
+
+print(check(SpikeSavesSigmoid.apply, torch.randn(4, 3), surrogate_gradient=True))
+
+# %%
+# Complex inputs
+# --------------
+# For a real loss :math:`L` of a complex :math:`z`, PyTorch's gradient is
+# :math:`\partial L/\partial \operatorname{Re} z + i\,\partial L/\partial
+# \operatorname{Im} z` (twice the conjugate Wirtinger derivative, gradcheck's convention).
+# For a holomorphic :math:`f`, backward therefore returns ``grad_out * conj(f'(z))``. The
+# checker treats each complex number as a pair of reals: directions are complex, and
+# derivatives are compared through :math:`\operatorname{Re} \sum \bar a\, b`. Forgetting
+# the conjugate is the classic mistake:
+
+
+class ComplexSquare(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z):
+        ctx.save_for_backward(z)
+        return z * z
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (z,) = ctx.saved_tensors
+        return grad_out * (2 * z).conj()
+
+
+class ComplexSquareNoConj(ComplexSquare):  # BROKEN on purpose
+    @staticmethod
+    def backward(ctx, grad_out):
+        (z,) = ctx.saved_tensors
+        return grad_out * 2 * z  # missing .conj()
+
+
+z = torch.randn(4, 3, dtype=torch.complex128)
+print(check(ComplexSquare.apply, z))
+print(check(ComplexSquareNoConj.apply, z).verdict)
+
+# %%
+# Your Function's keywords
+# ------------------------
+# The Function's own keyword arguments go in ``kwargs={...}``, so none can collide with an
+# option of the checker: a dropout taking ``seed=`` gets its seed, while the checker's
+# ``seed=`` seeds its own directions.
+
+
+class Dropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, p, seed):
+        generator = torch.Generator().manual_seed(seed)
+        mask = (torch.rand(x.shape, generator=generator) > p).to(x.dtype) / (1 - p)
+        ctx.save_for_backward(mask)
+        return x * mask
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (mask,) = ctx.saved_tensors
+        return grad_out * mask, None, None
+
+
+def dropout(x, *, p=0.5, seed):
+    return Dropout.apply(x, p, seed)
+
+
+print(check(dropout, torch.randn(4, 3), kwargs={"seed": 3, "p": 0.25}, seed=0).verdict)
+
+# %%
 # In your test suite
 # ------------------
 # :func:`double_backward.testing.assert_supports_double_backward` raises ``AssertionError``
@@ -181,10 +386,12 @@ except AssertionError as error:
 # From the command line
 # ---------------------
 # ``python -m double_backward.checker module:Function`` checks a Function on random inputs:
-# ``--shape`` for each input, ``--domain positive`` or ``--range low,high`` for where they lie,
-# ``--arg`` and ``--kwarg name=value`` for extra arguments, ``--json`` for CI. It exits 0 when
-# no problem is found, 1 when one is, 2 for a usage error or a Function that cannot be called.
-# The same, run in this page on the tutorial's broken ``SinhBad``:
+# ``--shape`` for each input, ``--domain positive|complex|...`` or ``--range low,high`` for
+# where they lie, ``--arg``, ``--arg-int-tensor 0,2,1`` and ``--kwarg name=value`` for extra
+# arguments (or ``--setup module:function`` returning them), ``--surrogate-gradient``,
+# ``--json`` for CI. It exits 0 when no problem is found, 1 when one is, 2 for a usage error
+# or a Function that cannot be called. The same, run in this page on the tutorial's broken
+# ``SinhBad``:
 from double_backward.checker import main
 
 status = main(["double_backward:SinhBad", "--shape", "2,3", "--domain", "positive"])
@@ -195,6 +402,7 @@ print(f"exit status: {status}")
 # ----------
 # Trust a problem the checker reports: a check failed, and the diagnosis says which tensor is
 # the likely cause and which page shows the fix. Read its notes too: they name patterns that
-# did not break anything at these inputs. Next: the :doc:`failure gallery
-# <plot_13_failure_gallery>` shows each broken pattern's symptom, and :doc:`plot_06_modern_api`
-# what :mod:`torch.func` needs.
+# did not break anything at these inputs. A passing verdict at default settings misses a 5%
+# error in the Hessian-vector product with a chance below 1 in 4,000. Next: the
+# :doc:`failure gallery <plot_13_failure_gallery>` shows each broken pattern's symptom, and
+# :doc:`plot_06_modern_api` what :mod:`torch.func` needs.

@@ -629,6 +629,325 @@ class WrongJvp(ModernSquare):
         return 3 * x * tangent
 
 
+# -- patterns from the checker's second review (issue #17) -------------------------------
+
+
+# CompressAI's LowerBound: forward max(x, bound); backward lets negative gradients through
+# below the bound, so that the optimiser can push x back up. Not linear in grad_out: the
+# backward of -v is not minus the backward of v.
+class LowerBound(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, bound):
+        ctx.save_for_backward(x, bound)
+        return torch.max(x, bound)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, bound = ctx.saved_tensors
+        pass_through = (x >= bound) | (grad < 0)
+        return pass_through.to(grad.dtype) * grad, None
+
+
+# BROKEN: an RMSNorm saving rstd = 1/sqrt(mean(x²) + eps) as an intermediate (Liger-Kernel's
+# and apex's fused RMSNorm save it to skip a reduction in backward). Over a wide row the
+# derivative through rstd is small per element, but the Hessian-vector product is ~10% off.
+class RMSNormSavesRstd(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return x * rstd * weight
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight, rstd = ctx.saved_tensors
+        return _rms_norm_backward(grad, x, weight, rstd)
+
+
+# The same RMSNorm recomputing rstd in backward from the saved input: correct.
+class RMSNormRecompute(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        ctx.save_for_backward(x, weight)
+        ctx.eps = eps
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + ctx.eps)
+        return _rms_norm_backward(grad, x, weight, rstd)
+
+
+def _rms_norm_backward(grad, x, weight, rstd):
+    x_hat = x * rstd
+    grad_w_out = grad * weight
+    grad_x = rstd * (grad_w_out - x_hat * (grad_w_out * x_hat).mean(-1, keepdim=True))
+    grad_weight = (grad * x_hat).reshape(-1, x.shape[-1]).sum(0)
+    return grad_x, grad_weight, None
+
+
+def rms_norm(x, weight, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+# BROKEN: a LayerNorm saving mean and rstd (apex's FusedLayerNorm, Triton's layer-norm
+# tutorial): both are intermediates without history.
+class LayerNormSavesStats(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        mean = x.mean(-1, keepdim=True)
+        rstd = torch.rsqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-5)
+        ctx.save_for_backward(x, mean, rstd)
+        return (x - mean) * rstd
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, mean, rstd = ctx.saved_tensors
+        x_hat = (x - mean) * rstd
+        return rstd * (grad - grad.mean(-1, keepdim=True)
+                       - x_hat * (grad * x_hat).mean(-1, keepdim=True))  # fmt: skip
+
+
+# A dropout whose mask comes from a seed= keyword (Triton's "low-memory dropout" tutorial):
+# the keyword collides with any checker option called seed.
+class _SeededDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, p, seed):
+        mask = _dropout_mask(x, p, seed)
+        ctx.save_for_backward(mask)
+        return x * mask
+
+    @staticmethod
+    def backward(ctx, grad):
+        (mask,) = ctx.saved_tensors
+        return grad * mask, None, None
+
+
+def _dropout_mask(x, p, seed):
+    generator = torch.Generator().manual_seed(seed)
+    keep = torch.rand(x.shape, generator=generator) > p
+    return keep.to(x.dtype) / (1 - p)
+
+
+def seeded_dropout(x, *, p=0.5, seed):
+    return _SeededDropout.apply(x, p, seed)
+
+
+# A cast-and-scale with a dtype= keyword (quantisation helpers take the target dtype): it
+# collides with the checker's dtype option.
+class _CastScale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, scale, dtype):
+        ctx.scale, ctx.dtype = scale, x.dtype
+        return (x * scale).to(dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (grad * ctx.scale).to(ctx.dtype), None, None
+
+
+def cast_scale(x, *, scale, dtype):
+    return _CastScale.apply(x, scale, dtype)
+
+
+# z ↦ z² on complex inputs (complex layers of torchcvnn / complexPyTorch): holomorphic, the
+# gradient is grad_out * conj(2z) in PyTorch's convention.
+class ComplexSquare(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z):
+        ctx.save_for_backward(z)
+        return z * z
+
+    @staticmethod
+    def backward(ctx, grad):
+        (z,) = ctx.saved_tensors
+        return grad * (2 * z).conj()
+
+
+# BROKEN: the same without the conjugate, the classic mistake with complex inputs.
+class ComplexSquareNoConj(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z):
+        ctx.save_for_backward(z)
+        return z * z
+
+    @staticmethod
+    def backward(ctx, grad):
+        (z,) = ctx.saved_tensors
+        return grad * 2 * z
+
+
+# |z| of a complex input, a real output (complex-valued networks' magnitude activations).
+class ComplexAbs(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z):
+        ctx.save_for_backward(z)
+        return z.abs()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (z,) = ctx.saved_tensors
+        return grad * z / z.abs()
+
+
+# A real-to-complex FFT with a complex output (spectral layers of FNO / neuraloperator).
+class RealFFT(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return torch.fft.fft(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        # y = F x with F[k, n] = exp(-2πi kn/N): grad_x = Re(Fᴴ grad) = Re(N ifft(grad)).
+        return (torch.fft.ifft(grad) * grad.shape[-1]).real
+
+
+# Straight-through rounding (quantisation-aware training, VQ-VAE's straight-through trick):
+# a surrogate gradient on purpose.
+class StraightThroughRound(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return torch.round(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+# Gradient reversal (DANN, Ganin & Lempitsky): identity forward, -lambda * grad backward.
+class GradientReversal(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, lambda_):
+        ctx.lambda_ = lambda_
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return -ctx.lambda_ * grad, None
+
+
+# A VQ-VAE quantiser (van den Oord et al.; the codebook lookup of vqtorch / taming): each row
+# of z is replaced by its nearest code. The gradient goes straight through to z, and to the
+# chosen codes by a scatter-add, which is the true derivative with respect to the codebook.
+class VectorQuantize(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z, codebook):
+        index = torch.cdist(z, codebook).argmin(-1)
+        ctx.save_for_backward(index)
+        ctx.num_codes = codebook.shape[0]
+        return codebook[index]
+
+    @staticmethod
+    def backward(ctx, grad):
+        (index,) = ctx.saved_tensors
+        grad_codebook = grad.new_zeros(ctx.num_codes, grad.shape[-1])
+        return grad, grad_codebook.index_add(0, index, grad)
+
+
+def vector_quantize_native(z, codebook):
+    index = torch.cdist(z, codebook).argmin(-1)
+    return z - z.detach() + codebook[index]
+
+
+# BROKEN surrogate: a spiking neuron's step with a sigmoid surrogate derivative (snnTorch,
+# SpikingJelly), saving the sigmoid as an intermediate: its derivative is lost.
+class SigmoidSurrogateSpike(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(torch.sigmoid(4 * x))
+        return (x > 0).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (s,) = ctx.saved_tensors
+        return grad * 4 * s * (1 - s)
+
+
+def sigmoid_surrogate_spike_native(x):
+    s = torch.sigmoid(4 * x)
+    return (x > 0).to(x.dtype) + s - s.detach()
+
+
+# BROKEN: soft-DTW with a NumPy forward and backward (pytorch-softdtw, after Cuturi & Blondel
+# 2017) on a cost matrix D. Forward saves the DP table R, an intermediate; but what breaks
+# double backward is the NumPy backward: the gradient has no graph at all.
+class SoftDTWNumpy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, cost, gamma):
+        R = _soft_dtw_table(cost.detach().numpy(), gamma)
+        table = torch.from_numpy(R)
+        ctx.save_for_backward(cost, table)
+        ctx.gamma = gamma
+        return table[-2, -2].clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        cost, table = ctx.saved_tensors
+        E = _soft_dtw_grad(cost.detach().numpy(), table.numpy().copy(), ctx.gamma)
+        return grad * torch.from_numpy(E), None
+
+
+_FAR = 1e10  # "infinity" in the DP table, finite so that the native twin has no 0 * inf
+
+
+def _soft_dtw_table(D, gamma):
+    n, m = D.shape
+    R = np.full((n + 2, m + 2), _FAR)
+    R[0, 0] = 0.0
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            r = -np.array([R[i - 1, j - 1], R[i - 1, j], R[i, j - 1]]) / gamma
+            top = r.max()
+            R[i, j] = D[i - 1, j - 1] - gamma * (np.log(np.exp(r - top).sum()) + top)
+    return R
+
+
+def _soft_dtw_grad(D, R, gamma):
+    n, m = D.shape
+    D_ = np.zeros((n + 2, m + 2))
+    D_[1 : n + 1, 1 : m + 1] = D
+    E = np.zeros((n + 2, m + 2))
+    E[-1, -1] = 1.0
+    R[:, -1] = -np.inf
+    R[-1, :] = -np.inf
+    R[-1, -1] = R[-2, -2]
+    for j in range(m, 0, -1):
+        for i in range(n, 0, -1):
+            a = np.exp((R[i + 1, j] - R[i, j] - D_[i + 1, j]) / gamma)
+            b = np.exp((R[i, j + 1] - R[i, j] - D_[i, j + 1]) / gamma)
+            c = np.exp((R[i + 1, j + 1] - R[i, j] - D_[i + 1, j + 1]) / gamma)
+            E[i, j] = E[i + 1, j] * a + E[i, j + 1] * b + E[i + 1, j + 1] * c
+    return E[1 : n + 1, 1 : m + 1]
+
+
+def soft_dtw_native(cost, gamma):
+    n, m = cost.shape
+    far = cost.new_tensor(_FAR)
+    R = [[far] * (m + 1) for _ in range(n + 1)]
+    R[0][0] = cost.new_tensor(0.0)
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            r = torch.stack([R[i - 1][j - 1], R[i - 1][j], R[i][j - 1]])
+            R[i][j] = cost[i - 1, j - 1] - gamma * torch.logsumexp(-r / gamma, 0)
+    return R[n][m]
+
+
+# BROKEN: a linear layer whose backward reads weight.data (an old habit from before
+# autograd merged Variable and Tensor). The input gradient grad @ W has no graph back to W:
+# only the mixed term d(grad_x)/dW is lost; d²/dx² and d²/dW² are zero anyway.
+class LinearWeightData(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        return x @ weight.T
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        return grad @ weight.data, grad.T @ x
+
+
 def reentrant_checkpoint(x: torch.Tensor) -> torch.Tensor:
     """A reentrant checkpoint (transformers' gradient checkpointing): refuses .grad()."""
     return checkpoint(torch.sin, x, use_reentrant=True)
@@ -658,6 +977,9 @@ def _cases() -> list[Case]:
 
     def positive(*shape):
         return torch.rand(*shape, generator=g, dtype=torch.float64) + 0.5
+
+    def crandn(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.complex128)
 
     target = torch.randint(0, 2, (4, 3), generator=g).to(torch.float64)
     labels = torch.randint(0, 3, (4,), generator=g)
@@ -777,7 +1099,110 @@ def _cases() -> list[Case]:
             (randn(3, 4), 1),
             lambda x, d: torch.sort(x, dim=d).values,
         ),
+        Case(
+            "rms-norm-recompute-wide-row",
+            RMSNormRecompute.apply,
+            (randn(100, 100), positive(100), 1e-6),
+            rms_norm,
+        ),
+        Case(
+            "dropout-seed-keyword",
+            seeded_dropout,
+            (randn(3, 4),),
+            lambda x, *, p, seed: x * _dropout_mask(x, p, seed),
+            kwargs={"p": 0.25, "seed": 3},
+        ),
+        Case(
+            "cast-scale-dtype-keyword",
+            cast_scale,
+            (randn(3, 4),),
+            lambda x, *, scale, dtype: (x * scale).to(dtype),
+            kwargs={"scale": 2.0, "dtype": torch.float64},
+        ),
+        Case("complex-square", ComplexSquare.apply, (crandn(3, 4),), lambda z: z * z),
+        Case("complex-abs", ComplexAbs.apply, (crandn(3, 4),), torch.abs),
+        Case("real-fft-complex-output", RealFFT.apply, (randn(3, 8),), torch.fft.fft),
+        Case(
+            "straight-through-round-surrogate",
+            StraightThroughRound.apply,
+            (randn(3, 4) * 3,),
+            lambda x: x + (torch.round(x) - x).detach(),
+            options={"surrogate_gradient": True},
+        ),
+        Case(
+            "gradient-reversal-surrogate",
+            GradientReversal.apply,
+            (randn(3, 4), 0.5),
+            lambda x, lam: -lam * x + ((1 + lam) * x).detach(),
+            options={"surrogate_gradient": True},
+        ),
+        Case(
+            "vq-vae-codebook-surrogate",
+            VectorQuantize.apply,
+            (randn(6, 3), randn(5, 3)),
+            vector_quantize_native,
+            options={"surrogate_gradient": True},
+        ),
         # -- broken ----------------------------------------------------------------------
+        Case(
+            "lower-bound-nonlinear-in-grad-out",
+            LowerBound.apply,
+            (randn(3, 4), torch.tensor(0.1, dtype=torch.float64)),
+            torch.max,
+            frozenset({"backward-not-linear"}),
+            options={"wrt": (0,)},
+            wrt=(0,),
+        ),
+        Case(
+            "rms-norm-saves-rstd-wide-row",
+            RMSNormSavesRstd.apply,
+            (randn(100, 100), positive(100), 1e-6),
+            rms_norm,
+            frozenset({"saved-intermediate"}),
+        ),
+        Case(
+            "layer-norm-saves-stats",
+            LayerNormSavesStats.apply,
+            (randn(8, 16),),
+            lambda x: F.layer_norm(x, (16,)),
+            frozenset({"saved-intermediate"}),
+        ),
+        Case(
+            "complex-square-no-conjugate",
+            ComplexSquareNoConj.apply,
+            (crandn(3, 4),),
+            lambda z: z * z,
+            frozenset({"first-order"}),
+        ),
+        Case(
+            "straight-through-round-without-surrogate-mode",
+            StraightThroughRound.apply,
+            (randn(3, 4) * 3,),
+            torch.round,
+            frozenset({"first-order"}),
+        ),
+        Case(
+            "surrogate-spike-saves-sigmoid",
+            SigmoidSurrogateSpike.apply,
+            (randn(3, 4),),
+            sigmoid_surrogate_spike_native,
+            frozenset({"saved-intermediate"}),
+            options={"surrogate_gradient": True},
+        ),
+        Case(
+            "soft-dtw-numpy-backward",
+            SoftDTWNumpy.apply,
+            (positive(4, 5), 0.5),
+            soft_dtw_native,
+            frozenset({"no-graph"}),
+        ),
+        Case(
+            "linear-reads-weight-data",
+            LinearWeightData.apply,
+            (randn(4, 3), randn(2, 3)),
+            lambda x, w: x @ w.T,
+            frozenset({"no-graph"}),
+        ),
         Case(
             "gallery-stashed-on-ctx",
             SinhBad.apply,

@@ -6,5 +6,7 @@
 - :mod:`~double_backward.functions.untracked_backward`: ``Cube``, ``CubeBackward``
 - :mod:`~double_backward.functions.setup_context_style`: the same cases in the modern API
 - :mod:`~double_backward.functions.higher_orders`: ``Sin``, ``Cos`` and ``derivatives``
+- :mod:`~double_backward.functions.inplace`: ``ExpInplace`` (``mark_dirty``), returned inputs,
+  and in-place mistakes, broken on purpose
 - :mod:`~double_backward.functions.failures`: every mistake of the failure gallery
 """

@@ -105,6 +105,7 @@ INVENTORIES = {
             ("py:function", "torch.amp.custom_fwd", "amp.html#torch.amp.custom_fwd"),
             ("py:function", "torch.amp.custom_bwd", "amp.html#torch.amp.custom_bwd"),
             ("py:class", "torch.autocast", "amp.html#torch.autocast"),
+            ("py:class", "torch.amp.GradScaler", "amp.html#torch.amp.GradScaler"),
             *(
                 (role, name, f"generated/{name}.html#{name}")
                 for role, name in _TORCH_GENERATED

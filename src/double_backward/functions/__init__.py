@@ -8,5 +8,9 @@
 - :mod:`~double_backward.functions.higher_orders`: ``Sin``, ``Cos`` and ``derivatives``
 - :mod:`~double_backward.functions.inplace`: ``ExpInplace`` (``mark_dirty``), returned inputs,
   and in-place mistakes, broken on purpose
+- :mod:`~double_backward.functions.complex_square`: ``ComplexSquare`` (the conjugate in
+  backward), and the same without it, broken on purpose
+- :mod:`~double_backward.functions.autocast`: ``MatmulAutocast`` (``custom_fwd`` and
+  ``custom_bwd``), and the same without them, broken on purpose
 - :mod:`~double_backward.functions.failures`: every mistake of the failure gallery
 """

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 import torch
-from torch.autograd.gradcheck import gradgradcheck
+from torch.autograd.gradcheck import gradcheck, gradgradcheck
 
 from double_backward import (
     Cube,
@@ -72,10 +72,10 @@ def x():
 def test_correct_functions_have_no_problem_to_third_order(fn, x):
     report = check(fn, x, third_order=True)
     assert report.ok, str(report)
-    assert report.results["gradgradcheck, point 1 (yours)"] == "passed"
-    assert report.results["gradgradcheck, point 2"] == "passed"
+    assert report.results["order 2, your inputs"].startswith("passed: gradgradcheck full")
+    assert report.results["order 2, point 2"].startswith("passed")
     assert report.results["third order"] == "passed"
-    assert "No problem found" in str(report)
+    assert str(report).splitlines()[0].endswith("supports double backward at the points checked")
 
 
 @pytest.mark.parametrize(("fn", "problem"), BROKEN)
@@ -101,13 +101,14 @@ def test_an_error_without_a_message_is_named_by_its_type(x):
 
 
 def test_a_stage_of_the_checker_that_fails_is_a_note_not_a_crash(x, monkeypatch):
-    from double_backward import checker
+    from double_backward.checker import causes, evidence
 
     def broken(*args):
         raise RuntimeError("simulated")
 
-    for stage in ("_structure", "_jvp_agreement", "_torch_func_support"):
-        monkeypatch.setattr(checker, stage, broken)
+    monkeypatch.setattr(causes, "structure", broken)
+    for stage in ("jvp_agreement", "torch_func_support"):
+        monkeypatch.setattr(evidence, stage, broken)
     report = check(Square.apply, x)
     assert report.ok
     assert sum("RuntimeError: simulated" in note for note in report.notes) == 3
@@ -126,7 +127,8 @@ def test_torch_func_findings_are_reported_and_link_to_the_compatibility_page(x):
     assert modern.results["forward vs reverse mode"] == "agree"
     assert set(modern.torch_func.values()) == {"works"}
     old = check(Cube.apply, x)
-    assert old.results["forward-over-reverse HVP"].startswith("skipped")
+    assert old.results["forward vs reverse mode"] == "skipped (no forward mode)"
+    assert "forward-over-reverse HVP" not in old.results  # one line says it
     assert "setup_context staticmethod" in old.torch_func["vmap"]
     assert old.ok  # torch.func support is reported, not required
     assert DOCS_URL + PAGES["compatibility"] in str(old)
@@ -149,7 +151,7 @@ def test_a_wrong_first_derivative_is_reported_before_anything_else(x):
 
     report = check(WrongBackward.apply, x)
     assert report.problem_names() == {"first-order"}
-    assert not any(key.startswith("gradgradcheck") for key in report.results)
+    assert not any(key.startswith("order 2") for key in report.results)
 
 
 class _CubeGrad(torch.autograd.Function):
@@ -264,14 +266,14 @@ def weighted_sum(t, *, weight, scale=1.0, dim=0):
 
 def test_keyword_tensors_numbers_and_wrt():
     t, w = torch.randn(3, 2), torch.rand(3, 2)
-    both = check(weighted_sum, t, weight=w, scale=2.0, dim=1)
+    both = check(weighted_sum, t, kwargs={"weight": w, "scale": 2.0, "dim": 1})
     assert both.ok, str(both)
     assert both.results["inputs"].startswith(
         "argument 0: float64, shape (3, 2), keyword 'weight'"
     )
-    only_t = check(weighted_sum, t, weight=w, wrt=0)
+    only_t = check(weighted_sum, t, kwargs={"weight": w}, wrt=0)
     assert only_t.results["inputs"] == "argument 0: float64, shape (3, 2)"
-    by_name = check(weighted_sum, t, weight=w, wrt=("weight",))
+    by_name = check(weighted_sum, t, kwargs={"weight": w}, wrt=("weight",))
     assert by_name.results["inputs"] == "keyword 'weight': float64, shape (3, 2)"
 
 
@@ -298,16 +300,18 @@ def test_more_points_and_points_that_cannot_be_used(x):
     assert report.ok and any("NaN or inf" in note for note in report.notes)
 
 
-def test_fast_mode_by_size_or_by_choice(x):
-    assert "fast mode" in check(Square.apply, torch.randn(2000)).results["inputs"]
-    assert "fast mode" not in check(Square.apply, x).results["inputs"]
-    assert "fast mode" in check(Square.apply, x, fast_mode=True).results["inputs"]
-    assert (
-        "fast mode"
-        not in check(
-            Square.apply, torch.randn(1100), fast_mode=False, points=1
-        ).results["inputs"]
-    )
+def test_gradcheck_mode_by_size_or_by_choice(x):
+    def first_order(report):
+        return report.results["order 1, your inputs"]
+
+    assert "gradcheck full" in first_order(check(Square.apply, x))
+    assert "gradcheck fast" in first_order(check(Square.apply, torch.randn(500)))
+    # Above the Jacobian limit, the directions alone: torch never builds a Jacobian.
+    large = first_order(check(Square.apply, torch.randn(2000), points=1))
+    assert "gradcheck" not in large and "VJP in 3 directions" in large
+    assert "gradcheck fast" in first_order(check(Square.apply, x, fast_mode=True))
+    forced = check(Square.apply, torch.randn(150), fast_mode=False, points=1)
+    assert "gradcheck full" in first_order(forced)
 
 
 def test_float32_on_request(x):
@@ -331,13 +335,13 @@ def test_a_function_that_refuses_every_dtype_is_reported_not_raised():
     ("args", "kwargs", "error", "message"),
     [
         (("not callable", torch.ones(1)), {}, TypeError, "'fn' must be callable"),
-        ((Square.apply,), {}, TypeError, "no floating-point tensor"),
-        ((Square.apply, [1.0]), {}, TypeError, "no floating-point tensor"),
+        ((Square.apply,), {}, TypeError, "no floating-point or complex tensor"),
+        ((Square.apply, [1.0]), {}, TypeError, "no floating-point or complex tensor"),
         (
             (Square.apply, torch.ones(2, dtype=torch.int64)),
             {},
             TypeError,
-            "no floating-point tensor",
+            "no floating-point or complex tensor",
         ),  # fmt: skip
         (
             (Square.apply, torch.ones(2), 3),
@@ -383,7 +387,7 @@ def test_assert_supports_double_backward_returns_the_report_or_raises_with_it(x)
 
 def test_command_line_exit_status_and_report(capsys):
     assert main(["double_backward:Square", "--shape", "3,3"]) == 0
-    assert "No problem found" in capsys.readouterr().out
+    assert "supports double backward" in capsys.readouterr().out.splitlines()[0]
     assert main(["double_backward:SinhBad", "--shape", "2"]) == 1
     output = capsys.readouterr().out
     assert "[stashed-on-ctx]" in output and "half_exp_x" in output
@@ -443,7 +447,7 @@ def test_command_line_domain_range_extra_arguments_and_json(capsys):
 def test_command_line_usage_errors_exit_2(argv, message, capsys):
     assert main(argv) == 2
     captured = capsys.readouterr()
-    assert message in captured.err + captured.out
+    assert message in " ".join((captured.err + captured.out).split())
 
 
 def test_command_line_checks_at_one_point_at_least():
@@ -457,3 +461,147 @@ def test_python_dash_m_runs_the_command_line():
     )  # fmt: skip
     assert result.returncode == 1, result.stderr
     assert json.loads(result.stdout)["problems"][0]["name"] == "stashed-on-ctx"
+
+
+# -- the Function's keywords, surrogate gradients, complex inputs -------------------------
+
+
+class SeededDropout(torch.autograd.Function):
+    """A Triton-tutorial-style dropout: the mask comes from a ``seed`` keyword."""
+
+    seeds_seen: list[int] = []
+
+    @staticmethod
+    def forward(ctx, t, *, p=0.5, seed):
+        SeededDropout.seeds_seen.append(seed)
+        generator = torch.Generator().manual_seed(seed)
+        mask = (torch.rand(t.shape, generator=generator) > p).to(t.dtype) / (1 - p)
+        ctx.save_for_backward(mask)
+        return t * mask
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (mask,) = ctx.saved_tensors
+        return grad_out * mask
+
+
+def seeded_dropout(t, *, p=0.5, seed):
+    return SeededDropout.apply(t, p=p, seed=seed) if False else _dropout(t, p, seed)
+
+
+def _dropout(t, p, seed):
+    # Function.apply takes positional arguments only: the keywords are the wrapper's.
+    class Apply(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return SeededDropout.forward(ctx, t, p=p, seed=seed)
+
+        backward = SeededDropout.backward
+
+    return Apply.apply(t)
+
+
+def test_a_function_keyword_named_like_an_option_reaches_the_function(x):
+    SeededDropout.seeds_seen.clear()
+    report = check(seeded_dropout, x, kwargs={"seed": 3}, seed=0)
+    assert report.ok, str(report)
+    assert set(SeededDropout.seeds_seen) == {3}
+
+
+def test_a_keyword_outside_kwargs_says_how_to_pass_it(x):
+    with pytest.raises(TypeError, match=r"no option 'beta'.*kwargs=\{'beta': \.\.\.\}"):
+        check(Square.apply, x, beta=2.0)
+    with pytest.raises(TypeError, match="kwargs must be a dict"):
+        check(Square.apply, x, kwargs=[("beta", 2.0)])
+
+
+def test_the_command_line_passes_a_seed_keyword_to_the_function(capsys):
+    SeededDropout.seeds_seen.clear()
+    argv = ["tests.test_checker:seeded_dropout", "--kwarg", "seed=7", "--seed", "1"]
+    assert main(argv) == 0, capsys.readouterr()
+    assert set(SeededDropout.seeds_seen) == {7}
+
+
+class StraightThroughRound(torch.autograd.Function):
+    """Straight-through rounding (quantisation-aware training): backward passes grad_out."""
+
+    @staticmethod
+    def forward(ctx, t):
+        return torch.round(t)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        return grad_out
+
+
+class SigmoidSurrogateStep(torch.autograd.Function):
+    """A spiking neuron's step with a sigmoid surrogate (snnTorch-style), BROKEN: the
+    surrogate's sigmoid is saved as an intermediate, so its derivative is lost."""
+
+    @staticmethod
+    def forward(ctx, t):
+        ctx.save_for_backward(torch.sigmoid(4 * t))
+        return (t > 0).to(t.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (s,) = ctx.saved_tensors
+        return grad_out * 4 * s * (1 - s)
+
+
+def test_a_straight_through_estimator_needs_the_surrogate_mode(x):
+    assert check(StraightThroughRound.apply, x).problem_names() == {"first-order"}
+    report = check(StraightThroughRound.apply, x, surrogate_gradient=True)
+    assert report.ok, str(report)
+    assert "double backward consistent with the custom backward" in report.verdict
+
+
+def test_the_surrogate_mode_checks_double_backward_against_the_custom_backward(x):
+    t = x.double().requires_grad_()
+    # Independent: gradgradcheck compares double backward with differences of backward.
+    assert not gradgradcheck(SigmoidSurrogateStep.apply, (t,), raise_exception=False)
+    report = check(SigmoidSurrogateStep.apply, x, surrogate_gradient=True)
+    assert report.problem_names() == {"saved-intermediate"}, str(report)
+
+
+def test_the_command_line_surrogate_gradient_flag(capsys):
+    argv = ["tests.test_checker:StraightThroughRound", "--shape", "4"]
+    assert main(argv) == 1
+    assert main([*argv, "--surrogate-gradient"]) == 0
+
+
+class ComplexSquare(torch.autograd.Function):
+    """z ↦ z², holomorphic: the gradient is grad_out * conj(2z) (PyTorch's convention)."""
+
+    @staticmethod
+    def forward(ctx, z):
+        ctx.save_for_backward(z)
+        return z * z
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (z,) = ctx.saved_tensors
+        return grad_out * (2 * z).conj()
+
+
+class ComplexSquareNoConj(ComplexSquare):
+    """BROKEN: forgets the conjugate, a classic mistake with complex inputs."""
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (z,) = ctx.saved_tensors
+        return grad_out * 2 * z
+
+
+def test_complex_inputs_are_checked_in_pytorchs_convention():
+    z = torch.randn(3, 2, dtype=torch.complex128, generator=torch.Generator().manual_seed(0))
+    zz = z.clone().requires_grad_()
+    assert gradgradcheck(ComplexSquare.apply, (zz,))  # independent verdicts
+    assert not gradcheck(ComplexSquareNoConj.apply, (zz,), raise_exception=False)
+    report = check(ComplexSquare.apply, z)
+    assert report.ok, str(report)
+    assert report.results["inputs"] == "argument 0: complex128, shape (3, 2)"
+    assert check(ComplexSquareNoConj.apply, z).problem_names() == {"first-order"}
+    large = torch.randn(3000, dtype=torch.complex128)
+    assert check(ComplexSquare.apply, large, points=1).ok
+    assert check(ComplexSquareNoConj.apply, large, points=1).problem_names() == {"first-order"}

@@ -148,7 +148,7 @@ def test_gradgradcheck_agrees_with_the_native_comparison(case):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_the_checker_names_exactly_the_expected_problems(case):
-    report = check(case.fn, *case.args, **case.options, **case.kwargs)
+    report = check(case.fn, *case.args, **case.options, kwargs=case.kwargs)
     assert report.problem_names() == set(case.problems), str(report)
     assert str(report)  # renders
 

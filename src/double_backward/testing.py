@@ -32,16 +32,17 @@ __all__ = ["assert_supports_double_backward"]
 
 
 def assert_supports_double_backward(
-    fn: Callable[..., Any], *args: Any, **kwargs: Any
+    fn: Callable[..., Any], *args: Any, **options: Any
 ) -> Report:
     """Run :func:`double_backward.check` on ``fn(*args, **kwargs)``; raise ``AssertionError``
     carrying the report when it finds a problem, and return the report otherwise.
 
-    Takes the same arguments and options as :func:`~double_backward.check` (``wrt``,
-    ``dtype``, ``third_order``, ...).
+    Takes the same arguments and options as :func:`~double_backward.check`: the Function's
+    own keywords as ``kwargs={...}``, then ``wrt``, ``surrogate_gradient``, ``dtype``,
+    ``third_order``, ...
     """
     __tracebackhide__ = True  # pytest shows the report, not this frame
-    report = check(fn, *args, **kwargs)
+    report = check(fn, *args, **options)
     if not report.ok:
         raise AssertionError(f"double backward does not work:\n{report}")
     return report

@@ -1,0 +1,388 @@
+"""``check()``: call the Function, gather the evidence at each point, name the causes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from . import causes, evidence
+from .calling import (
+    PERTURBATION,
+    Call,
+    at_dtype,
+    derived_point,
+    describe,
+    differentiable,
+    function_name,
+    is_custom_function,
+    kind,
+    preview,
+    quietly,
+    real_dtype,
+    slots_of,
+)  # fmt: skip
+from .evidence import Failed, Settings
+from .report import Problem, Report
+
+OPTIONS = (
+    "kwargs", "wrt", "surrogate_gradient", "dtype", "points", "directions", "fast_mode",
+    "third_order", "seed", "name",
+)  # fmt: skip
+
+
+def check(
+    fn: Callable[..., Any],
+    *args: Any,
+    kwargs: dict[str, Any] | None = None,
+    wrt: Sequence[int | str] | int | str | None = None,
+    surrogate_gradient: bool = False,
+    dtype: torch.dtype = torch.float64,
+    points: int = 2,
+    directions: int = 3,
+    fast_mode: bool | None = None,
+    third_order: bool = False,
+    seed: int = 0,
+    name: str | None = None,
+    **unknown: Any,
+) -> Report:
+    """Check that ``fn`` (a Function's ``apply``, or any function calling one) supports
+    double backward when called as ``fn(*args, **kwargs)``; return a
+    :class:`~double_backward.checker.Report`.
+
+    ``args`` are passed as they are: tensors of any dtype, numbers, tuples, ``None``. The
+    Function's own keyword arguments go in ``kwargs={...}``, so that none of them can collide
+    with an option of the checker (a Function may well take ``seed=``). The floating-point and
+    complex tensors among them are differentiated (copied to ``dtype``, or its complex
+    counterpart); ``wrt`` chooses which, by position or by key of ``kwargs``, e.g.
+    ``check(fn, x, target, 2, wrt=(0,))``. Outputs that are not floating or complex tensors
+    (indices, NumPy arrays, numbers) are left out, with a note.
+
+    ``report.ok`` is true when no check failed at your inputs; ``report.problems`` lists each
+    failure with a ``diagnosis`` naming the cause and the ``url`` of the page that explains
+    the fix; ``report.notes`` says what passed but deserves a look; ``print(report)`` opens
+    with the verdict in one line.
+
+    Options (keyword only):
+
+    - ``surrogate_gradient``: the backward is deliberately not the derivative (a
+      straight-through estimator, gradient reversal, a VQ-VAE codebook): the first derivative
+      is taken as given, and the checks test that double backward is consistent with *your
+      backward* (its derivative against central differences of it) and that backward is
+      linear in its incoming gradient.
+    - ``dtype``: float64 by default; float32 uses looser tolerances. If ``fn`` refuses
+      ``dtype``, the check is retried in the dtype of your inputs, with a note.
+    - ``points``: how many points to check at: your inputs, then points derived from them by
+      a relative change of at most 1% (which keeps signs, intervals, definiteness). A failure
+      seen only at a derived point is shown, with the point, but does not decide ``ok``.
+    - ``directions``: random signed directions per check and point (3: the chance of missing
+      a 5% error in the Hessian-vector product is below 1e-5, see the checker page).
+    - ``fast_mode``: gradcheck's mode. By default full mode up to 100 elements, fast mode
+      while the Jacobians stay small, and above that the directional checks alone.
+    - ``third_order``: also check the third derivative.
+    - ``seed``: seeds the derived points, the directions and the weights of the outputs.
+    - ``name``: the name the report shows (by default the Function's).
+    """
+    if unknown:
+        raise TypeError(
+            f"check() has no option {', '.join(map(repr, unknown))}; its options are "
+            f"{', '.join(OPTIONS)}. Pass the Function's own keyword arguments as "
+            f"kwargs={{{', '.join(f'{k!r}: ...' for k in unknown)}}}"
+        )
+    _validate(fn, kwargs, dtype, points, directions)
+    kwargs = dict(kwargs or {})
+    call = Call(fn, args, kwargs, slots_of(args, kwargs, wrt))
+    report = Report(name or function_name(fn), surrogate_gradient=surrogate_gradient)
+
+    called = _call_once(call, dtype, report)
+    if called is None:
+        return report
+    inputs, outputs = called
+    if not _choose_outputs(call, outputs, report) or not _finite(call, outputs, report):
+        return report
+    dtype = real_dtype(inputs[0])
+    numel_out = sum(outputs[i].numel() for i in call.kept)  # type: ignore[union-attr]
+    numel_in = sum(x.numel() for x in inputs)
+    settings = Settings(
+        dtype=dtype, directions=directions, surrogate_gradient=surrogate_gradient,
+        gradcheck_mode=evidence.gradcheck_mode(numel_in, numel_out, fast_mode),
+        generator=torch.Generator().manual_seed(seed),
+    )  # fmt: skip
+    report.results["inputs"] = ", ".join(
+        f"{call.label(s)}: {describe(x)}" for s, x in zip(call.slots, inputs, strict=True)
+    )
+    found = _guarded(report, "graph",
+                     lambda: causes.structure(call, inputs, outputs, is_custom_function(fn)),
+                     causes.Structure())  # fmt: skip
+    report.notes += [f"{node} is marked @once_differentiable (first-order only)."
+                     for node in found.once_differentiable]  # fmt: skip
+    weights = [torch.randn(outputs[i].shape, dtype=outputs[i].dtype,  # type: ignore[union-attr]
+                           generator=settings.generator) for i in call.kept]  # fmt: skip
+
+    if not _check_points(call, inputs, points, settings, found, weights, report):
+        return report
+    _describe_passing(call, inputs, weights, found, report)
+    if not surrogate_gradient:
+        _compare_forward_mode(call, inputs, weights, settings, found, report)
+    if third_order:
+        _check_third_order(call, inputs, weights, settings, report)
+    report.torch_func = _guarded(
+        report, "torch.func",
+        lambda: evidence.torch_func_support(call, inputs, weights, settings), {},
+    )  # fmt: skip
+    return report
+
+
+# -- the steps -----------------------------------------------------------------------------
+
+
+def _validate(fn: object, kwargs: object, dtype: object, points: object,
+              directions: object) -> None:  # fmt: skip
+    if not callable(fn):
+        raise TypeError(f"check: 'fn' must be callable, e.g. MyFunction.apply, got {fn!r}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(
+            f"check: kwargs must be a dict of the Function's keyword arguments, got {kind(kwargs)}"
+        )
+    if dtype not in evidence.TOLERANCES:
+        raise TypeError(f"check: dtype must be one of {list(evidence.TOLERANCES)}, got {dtype!r}")
+    for option, value in (("points", points), ("directions", directions)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"check: {option} must be a positive int, got {value!r}")
+
+
+def _guarded(report: Report, stage: str, compute: Callable[[], Any], default: Any = None) -> Any:
+    """Run one of the checker's own stages; if it fails, say so in a note, never crash."""
+    try:
+        return compute()
+    except Exception as error:  # noqa: BLE001
+        report.notes.append(
+            f"the checker could not complete its {stage} stage: {evidence.message(error)}"
+        )
+        return default
+
+
+def _try_outputs(call: Call, inputs: Sequence[torch.Tensor]
+                 ) -> tuple[list[object], BaseException | None]:  # fmt: skip
+    """Call the Function, noting the tensors it marks non-differentiable (which a wrapper
+    such as ``lambda x: F.apply(x)[0]`` may hide from its outputs)."""
+    ctx_class = torch.autograd.function.FunctionCtx
+    original = ctx_class.mark_non_differentiable
+    call.marked = []
+
+    def mark_non_differentiable(ctx: Any, *tensors: torch.Tensor) -> None:
+        call.marked += [(t.data_ptr(), t.shape) for t in tensors if isinstance(t, torch.Tensor)]
+        original(ctx, *tensors)
+
+    # Patched on the class for the length of this one call, restored in `finally`: not
+    # thread-safe, so do not check Functions from several threads at once.
+    ctx_class.mark_non_differentiable = mark_non_differentiable  # type: ignore[method-assign]
+    try:
+        with torch.enable_grad():
+            return quietly(lambda: call.outputs(*inputs)), None
+    except Exception as error:  # noqa: BLE001 - reported, with its message
+        return [], error
+    finally:
+        ctx_class.mark_non_differentiable = original  # type: ignore[method-assign]
+
+
+def _call_once(call: Call, dtype: torch.dtype, report: Report
+               ) -> tuple[tuple[torch.Tensor, ...], list[object]] | None:  # fmt: skip
+    """Call the Function at ``dtype``, or at the inputs' own dtype if it refuses ``dtype``."""
+    given = call.given()
+    inputs = tuple(at_dtype(x.detach(), dtype).requires_grad_() for x in given)
+    outputs, error = _try_outputs(call, inputs)
+    own = {real_dtype(x) for x in given}
+    if error is not None and len(own) == 1 and dtype not in own:
+        retry_dtype = own.pop()
+        retry = tuple(x.detach().requires_grad_() for x in given)
+        outputs, retry_error = _try_outputs(call, retry)
+        if retry_error is None and retry_dtype in evidence.TOLERANCES:
+            report.notes.append(
+                f"the Function refused {dtype} inputs ({evidence.message(error, 160)}); checked "
+                f"in {retry_dtype}, the dtype of your inputs, with its tolerances."
+            )
+            inputs, error = retry, None
+    if error is not None:
+        report.results["call"] = "raised"
+        report.problems.append(Problem("function-raised", (
+            f"calling the Function raised an error at your inputs, so nothing else was "
+            f"checked: {evidence.message(error).rstrip('.')}. Check the arguments (positional "
+            "and keyword) and their dtypes."
+        ), None))  # fmt: skip
+        return None
+    report.results["call"] = "ok"
+    return inputs, outputs
+
+
+def _choose_outputs(call: Call, outputs: list[object], report: Report) -> bool:
+    """Keep the floating and complex outputs that require grad; say why others are left out."""
+    for index, out in enumerate(outputs):
+        if differentiable(out) and out.requires_grad:  # type: ignore[union-attr]
+            call.kept.append(index)
+        elif out is None:
+            continue
+        elif differentiable(out):
+            report.notes.append(
+                f"output {index} ({describe(out)}) does not require grad (marked "  # type: ignore[arg-type]
+                "non-differentiable, or detached): left out of the checks."
+            )
+        else:
+            report.notes.append(
+                f"output {index} is {kind(out)}, not a floating-point tensor: left out of "
+                "the checks."
+            )
+    if not call.kept:
+        report.problems.append(Problem("no-differentiable-output", (
+            "no output is a floating-point or complex tensor that requires grad: there is "
+            "nothing to differentiate once, let alone twice. Return torch tensors (not NumPy "
+            "arrays) and do not mark the main output non-differentiable."
+        )))  # fmt: skip
+    return bool(call.kept)
+
+
+def _non_finite(call: Call, outputs: list[object]) -> list[int]:
+    return [i for i in call.kept if not torch.isfinite(outputs[i]).all()]  # type: ignore[arg-type]
+
+
+def _finite(call: Call, outputs: list[object], report: Report) -> bool:
+    bad = _non_finite(call, outputs)
+    if bad:
+        report.problems.append(Problem("non-finite", (
+            f"output(s) {', '.join(map(str, bad))} contain NaN or inf at your inputs, so no "
+            "derivative can be checked there. Choose inputs inside the Function's domain "
+            "(e.g. positive values for a log: --domain positive on the command line)."
+        ), None))  # fmt: skip
+    return not bad
+
+
+def _points(inputs: tuple[torch.Tensor, ...], count: int, s: Settings
+            ) -> list[tuple[str, tuple[torch.Tensor, ...]]]:  # fmt: skip
+    found = [("your inputs", inputs)]
+    for number in range(2, count + 1):
+        derived = tuple(derived_point(x.detach(), s.generator).requires_grad_() for x in inputs)
+        found.append((f"point {number}", derived))
+    return found
+
+
+def _check_points(call: Call, inputs: tuple[torch.Tensor, ...], count: int, s: Settings,
+                  found: causes.Structure, weights: list[torch.Tensor], report: Report) -> bool:
+    """Every check at every point; False when a problem was found at your inputs."""  # fmt: skip
+    checked = 0
+    for where, at in _points(inputs, count, s):
+        if at is not inputs:
+            outputs, error = _try_outputs(call, at)
+            if error is not None or _non_finite(call, outputs):
+                why = f"the Function raised {evidence.message(error, 160)}" if error else (
+                    "NaN or inf in the outputs there")  # fmt: skip
+                report.notes.append(f"{where}, derived from your inputs, was skipped: {why}")
+                continue
+        checked += 1
+        problem = _check_point(call, at, where, s, found, weights, report)
+        if problem is None:
+            continue
+        if at is inputs:
+            report.problems.append(problem)
+            return False
+        shown = "; ".join(f"{call.label(slot)} = {preview(x)}"
+                          for slot, x in zip(call.slots, at, strict=True))  # fmt: skip
+        report.derived_only.append(Problem(problem.name, (
+            f"{problem.diagnosis} This point was derived from your inputs (x*(1+e), "
+            f"|e| <= {PERTURBATION}) and every check passed at yours: {shown}."
+        ), problem.page))  # fmt: skip
+        break
+    report.results["points checked"] = str(checked)
+    return True
+
+
+def _check_point(call: Call, at: tuple[torch.Tensor, ...], where: str, s: Settings,
+                 found: causes.Structure, weights: list[torch.Tensor],
+                 report: Report) -> Problem | None:  # fmt: skip
+    """The first-order, then the second-order checks at one point; the problem, if any."""
+    try:
+        report.results[f"order 1, {where}"] = evidence.first_order(call, at, s)
+    except Failed as failure:
+        report.results[f"order 1, {where}"] = "FAILED"
+        return _first_order_problem(failure, where)
+    try:
+        report.results[f"order 2, {where}"] = evidence.second_order(call, at, s)
+    except Failed as failure:
+        report.results[f"order 2, {where}"] = "FAILED"
+        found.not_reaching = causes.not_reaching(call, at, weights)
+        return causes.cause_of_second_order_failure(failure, found, where)
+    return None
+
+
+def _first_order_problem(failure: Failed, where: str) -> Problem:
+    seen = f"{where}: {failure}"
+    if failure.kind == "nonlinear":
+        return Problem("backward-not-linear", (
+            "backward is not linear in its incoming gradient. Autograd adds the gradients "
+            "that reach an output before it calls backward once, so the result depends on "
+            "how the loss is written, and double backward differentiates a map that is no "
+            f"vector-Jacobian product. Seen at {seen}"
+        ), "surrogate")  # fmt: skip
+    if failure.kind == "raised":
+        return Problem("backward-raised", (
+            f"the first backward raises an error, so nothing else was checked. Seen at {seen}"
+        ), None)  # fmt: skip
+    return Problem("first-order", (
+        "backward does not compute the first derivative correctly. Fix the first derivative "
+        "before the second; if it is a surrogate gradient on purpose (straight-through, "
+        "gradient reversal), check with surrogate_gradient=True (--surrogate-gradient). "
+        f"Seen at {seen}"
+    ))  # fmt: skip
+
+
+def _describe_passing(call: Call, inputs: tuple[torch.Tensor, ...],
+                      weights: list[torch.Tensor], found: causes.Structure,
+                      report: Report) -> None:  # fmt: skip
+    report.notes += _guarded(
+        report, "graph", lambda: causes.zero_second_derivative_notes(call, inputs, weights), []
+    )
+    report.notes += causes.notes_on_passing_structure(found)
+
+
+def _compare_forward_mode(call: Call, inputs: tuple[torch.Tensor, ...],
+                          weights: list[torch.Tensor], s: Settings, found: causes.Structure,
+                          report: Report) -> None:  # fmt: skip
+    first = _guarded(report, "forward mode",
+                     lambda: evidence.jvp_agreement(call, inputs, weights, s), "skipped")
+    report.results["forward vs reverse mode"] = first
+    if first.startswith("skipped"):
+        return
+    report.results["forward-over-reverse HVP"] = _guarded(
+        report, "HVP", lambda: evidence.hvp_agreement(call, inputs, weights, s), "skipped"
+    )
+    disagreeing = [name for name in ("forward vs reverse mode", "forward-over-reverse HVP")
+                   if report.results[name] == "DISAGREE"]  # fmt: skip
+    if not disagreeing:
+        return
+    if found.what == "builtin":
+        advice = (
+            "Only PyTorch's own operators are involved: an operator's forward-mode formula "
+            "differs from its backward formula (torch's gradcheck with check_forward_ad=True "
+            "fails too). Use reverse mode for it; it is not your code."
+        )
+    elif found.what == "composite":
+        advice = ("The jvp staticmethod of a Function it calls does not compute the same "
+                  "derivative as that Function's backward.")  # fmt: skip
+    else:
+        advice = "The jvp staticmethod does not compute the same derivative as backward."
+    report.problems.append(Problem("forward-mode-mismatch", (
+        f"forward mode and reverse mode disagree ({', '.join(disagreeing)}). {advice}"
+    ), "modern"))  # fmt: skip
+
+
+def _check_third_order(call: Call, inputs: tuple[torch.Tensor, ...],
+                       weights: list[torch.Tensor], s: Settings,
+                       report: Report) -> None:  # fmt: skip
+    try:
+        report.results["third order"] = evidence.third_order(call, inputs, weights, s)
+    except Failed as failure:
+        report.results["third order"] = "FAILED"
+        report.problems.append(Problem("third-order", (
+            "the third derivative is wrong or missing: the backward of backward is not "
+            f"itself differentiable. Seen: {failure}"
+        )))  # fmt: skip

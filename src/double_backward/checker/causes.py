@@ -1,0 +1,231 @@
+"""Naming the cause of a failure, from what the autograd graph shows.
+
+Structure explains, it does not accuse: the graph is read (tensors saved without history,
+tensors kept on ``ctx``, outputs marked non-differentiable, ``@once_differentiable``, a gradient
+with no graph back to its input) only to name the cause of a check that failed. A suspicious
+pattern that did not fail becomes a note.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ..graph_walks import reaches
+from .calling import Call, describe, differentiable, quietly
+from .evidence import Failed
+from .report import Problem
+
+_ONCE_DIFFERENTIABLE_MESSAGE = "marked with @once_differentiable"
+_NO_GRAPH_MESSAGE = "does not require grad and does not have a grad_fn"
+
+
+@dataclasses.dataclass
+class Structure:
+    """What the graph shows; each entry names a tensor (where, dtype, shape)."""
+
+    custom_nodes: int = 0
+    stashed: list[str] = dataclasses.field(default_factory=list)
+    saved_intermediates: list[str] = dataclasses.field(default_factory=list)
+    saved_non_differentiable_outputs: list[str] = dataclasses.field(default_factory=list)
+    once_differentiable: list[str] = dataclasses.field(default_factory=list)
+    multi_output: list[str] = dataclasses.field(default_factory=list)
+    not_reaching: list[str] = dataclasses.field(default_factory=list)
+    # What is checked: "custom" (a Function's apply), "composite" (a function calling
+    # custom Functions) or "builtin" (torch's own operators only).
+    what: str = "custom"
+
+
+def custom_nodes(tensors: Sequence[object]) -> list[Any]:
+    """The custom Function nodes (their ``ctx``) in the graphs of ``tensors``."""
+    stack = [t.grad_fn for t in tensors if isinstance(t, torch.Tensor)]
+    seen: set[Any] = set()
+    found = []
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if isinstance(node, torch.autograd.function.BackwardCFunction):
+            found.append(node)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return found
+
+
+def _is_once_differentiable(node: Any) -> bool:
+    backward = getattr(getattr(node, "_forward_cls", None), "backward", None)
+    code = getattr(backward, "__code__", None)
+    return (
+        hasattr(backward, "__wrapped__")
+        and code is not None
+        and code.co_filename == torch.autograd.function.__file__
+    )
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.dtype == b.dtype
+
+
+def structure(
+    call: Call, inputs: Sequence[torch.Tensor], outputs: list[object], custom: bool
+) -> Structure:
+    """Read the graph of the checked outputs: what each custom Function saved or kept."""
+    found = Structure()
+    checked = [outputs[i] for i in call.kept]
+    nodes = custom_nodes(checked)
+    found.custom_nodes = len(nodes)
+    found.what = "custom" if custom else ("composite" if nodes else "builtin")
+    tensor_outputs = [o for o in outputs if isinstance(o, torch.Tensor)]
+    constants = call.constants()
+    for node in nodes:
+        name = getattr(node, "_forward_cls", type(node)).__name__
+        if _is_once_differentiable(node):
+            found.once_differentiable.append(f"{name}.backward")
+        for attribute, value in sorted(vars(node).items()):
+            if differentiable(value) and not value.requires_grad:
+                found.stashed.append(f"ctx.{attribute} in {name} ({describe(value)})")
+        try:
+            saved = node.saved_tensors
+        except RuntimeError:  # already freed, or unpack refused: nothing to name
+            saved = ()
+        for index, tensor in enumerate(saved):
+            if not differentiable(tensor) or tensor.requires_grad:
+                continue  # integers never need history; a tensor with history is fine
+            where = f"saved tensor #{index} of {name} ({describe(tensor)})"
+            marked = (tensor.data_ptr(), tensor.shape) in call.marked
+            if marked or any(_same(tensor, out) for out in tensor_outputs):
+                found.saved_non_differentiable_outputs.append(where)
+            elif not any(_same(tensor, x) for x in (*inputs, *constants)):
+                # Not an input we differentiate, nor a constant the caller passed.
+                found.saved_intermediates.append(where)
+        # One metadata entry per output of forward, even those a wrapper drops.
+        count = len(getattr(node, "_input_metadata", ()))
+        if count > 1:
+            found.multi_output.append(f"{name} ({count} outputs)")
+    return found
+
+
+def not_reaching(
+    call: Call, inputs: Sequence[torch.Tensor], weights: Sequence[torch.Tensor]
+) -> list[str]:
+    """The differentiated inputs whose first derivative has no graph back to them."""
+    try:
+        with torch.enable_grad():
+            leaves = tuple(x.detach().requires_grad_() for x in inputs)
+            grads = quietly(lambda: torch.autograd.grad(
+                call.scalar(weights)(*leaves), leaves, create_graph=True, allow_unused=True
+            ))  # fmt: skip
+    except Exception:  # noqa: BLE001 - the failure itself is reported by the caller
+        return []
+    return [
+        call.label(slot)
+        for slot, grad, leaf in zip(call.slots, grads, leaves, strict=True)
+        if grad is None or not reaches(grad, leaf)
+    ]
+
+
+def cause_of_second_order_failure(failure: Failed, found: Structure, where: str) -> Problem:
+    """The problem that best explains a failed second-order check."""
+    seen = f"{where}: {failure}"
+    text = failure.text
+    if _ONCE_DIFFERENTIABLE_MESSAGE in text or found.once_differentiable:
+        names = ", ".join(found.once_differentiable) or "a backward"
+        return Problem("once-differentiable", (
+            f"double backward fails: {names} is marked @once_differentiable, so the Function "
+            "declares itself first-order only. Write backward with differentiable operations "
+            f"(or a Function of its own) and remove the decorator. Seen: {seen}"
+        ))  # fmt: skip
+    if "out=" in text:
+        return Problem("out-in-backward", (
+            "double backward raises: backward writes with an out= operation, which autograd "
+            "cannot record. Use the operation's ordinary form (torch.mul(a, b), not "
+            f"torch.mul(a, b, out=buf)). Seen: {seen}"
+        ), "inplace")  # fmt: skip
+    if failure.kind == "raised" and _NO_GRAPH_MESSAGE not in text:
+        # An error says more than any pattern: an operator with no double backward, a
+        # NotImplementedError. Tried before the graph rules, which fit any linear input.
+        if found.what == "builtin":
+            return Problem("double-backward-raised", (
+                "double backward raises an error inside PyTorch's own operators: one of them "
+                "has no derivative of its backward. Replace it by a Function that supports "
+                f"double backward, or avoid differentiating through it twice. Seen: {seen}"
+            ), "builtins")  # fmt: skip
+        return Problem("double-backward-raised", f"double backward raises an error. Seen: {seen}")
+    if found.stashed:
+        return Problem("stashed-on-ctx", (
+            "forward stored tensors as ctx attributes instead of save_for_backward: "
+            f"{'; '.join(found.stashed)}. Made in no-grad mode, they have no history, so the "
+            "gradient built from them cannot be differentiated. Return intermediates as extra "
+            f"outputs and save them with save_for_backward. Seen: {seen}"
+        ), "intermediates")  # fmt: skip
+    if found.saved_non_differentiable_outputs:
+        return Problem("non-differentiable-outputs", (
+            "forward saves outputs it marked non-differentiable: "
+            f"{'; '.join(found.saved_non_differentiable_outputs)}. Marked so, they come back "
+            "from ctx.saved_tensors without history, and the second derivative is lost. Do not "
+            f"mark outputs that backward differentiates through. Seen: {seen}"
+        ), "intermediates")  # fmt: skip
+    if found.saved_intermediates:
+        return Problem("saved-intermediate", (
+            "forward saved tensors with no autograd history while the inputs require grad: "
+            f"{'; '.join(found.saved_intermediates)}. An intermediate result's gradient cannot "
+            "be differentiated again. Return it as an extra output (and add its gradient in "
+            f"backward), or recompute it in backward from the saved inputs. Seen: {seen}"
+        ), "intermediates")  # fmt: skip
+    if found.not_reaching or _NO_GRAPH_MESSAGE in text:
+        inputs = ", ".join(found.not_reaching) or "its inputs"
+        return Problem("no-graph", (
+            f"the first derivative with respect to {inputs} has no graph back to that input, "
+            "yet the second derivative is not zero: backward uses a tensor autograd does not "
+            "track (detached, computed under no_grad, with NumPy or another library). Use the "
+            "saved tensors as they are, and wrap non-torch code in a Function of its own. "
+            f"Seen: {seen}"
+        ), "untracked")  # fmt: skip
+    if found.multi_output:
+        return Problem("wrong-second-derivative", (
+            "the second derivative is silently wrong, although the graph reaches the inputs. "
+            f"{', '.join(found.multi_output)} has several outputs: its backward must add the "
+            "gradients arriving at the extra outputs, which double backward sends through "
+            f"them. Seen: {seen}"
+        ), "intermediates")  # fmt: skip
+    return Problem("wrong-second-derivative", (
+        "the second derivative is silently wrong, although the graph reaches the inputs (the "
+        f"backward of backward computes something else). Seen: {seen}"
+    ), "deriving")  # fmt: skip
+
+
+def notes_on_passing_structure(found: Structure) -> list[str]:
+    """Suspicious patterns that broke nothing: notes, not problems."""
+    notes = []
+    if found.stashed:
+        notes.append(
+            f"tensors kept on ctx ({'; '.join(found.stashed)}) did not break the checks here; "
+            "if backward differentiates through them, save them with save_for_backward."
+        )
+    if found.saved_intermediates:
+        notes.append(
+            f"tensors saved without history ({'; '.join(found.saved_intermediates)}) did not "
+            "break the checks here (backward does not differentiate through them)."
+        )
+    if found.saved_non_differentiable_outputs:
+        notes.append(
+            "outputs marked non-differentiable and saved "
+            f"({'; '.join(found.saved_non_differentiable_outputs)}) did not break the checks."
+        )
+    return notes
+
+
+def zero_second_derivative_notes(
+    call: Call, inputs: Sequence[torch.Tensor], weights: Sequence[torch.Tensor]
+) -> list[str]:
+    """A gradient with no graph back to its input, all checks passing: a zero second
+    derivative (an answer, not a problem)."""
+    return [
+        f"the gradient with respect to {label} has no graph back to {label}, and the checks "
+        "agree: its second derivative with respect to itself is zero (mixed terms were still "
+        "checked)."
+        for label in not_reaching(call, inputs, weights)
+    ]

@@ -232,5 +232,4 @@ except RuntimeError as error:
 # nobody may edit either tensor in place. Never edit ``grad_out``: compute out of place.
 # ``gradcheck`` and ``gradgradcheck`` in float64 catch each of these.
 #
-# Next: when the inputs are complex or in low precision, in
-# :doc:`plot_13_failure_gallery`, more mistakes, each with its fix.
+# Next: when the inputs are complex or in low precision, in :doc:`plot_11_dtypes`.

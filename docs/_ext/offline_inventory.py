@@ -138,6 +138,11 @@ INVENTORIES = {
                 "collections.abc.Mapping",
                 "library/collections.abc.html#collections.abc.Mapping",
             ),
+            (  # check()'s wrt= (issue-17's checker, merged into this branch)
+                "py:class",
+                "collections.abc.Sequence",
+                "library/collections.abc.html#collections.abc.Sequence",
+            ),
             ("py:class", "str", "library/stdtypes.html#str"),
             ("py:class", "pathlib.Path", "library/pathlib.html#pathlib.Path"),
             ("py:class", "tuple", "library/stdtypes.html#tuple"),

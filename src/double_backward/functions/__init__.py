@@ -12,5 +12,7 @@
   backward), and the same without it, broken on purpose
 - :mod:`~double_backward.functions.autocast`: ``MatmulAutocast`` (``custom_fwd`` and
   ``custom_bwd``), and the same without them, broken on purpose
+- :mod:`~double_backward.functions.surrogates`: surrogate gradients (``RoundSTE``,
+  ``GradientReversal``, ``ClampPassThrough``, ``FastSigmoidSpike``), one broken on purpose
 - :mod:`~double_backward.functions.failures`: every mistake of the failure gallery
 """

@@ -71,8 +71,8 @@ except RuntimeError as error:
 # %%
 # Whether it fails depends on what backward saved
 # -----------------------------------------------
-# :class:`double_backward.Square` saves its *input*: ``grad_x = 2 x \bar{y}`` has a graph of its
-# own that does not run through ``Square``'s node, so the loss's graph survives. Which of the two
+# :class:`double_backward.Square` saves its *input*: ``grad_x``, :math:`2x\,\bar{y}`, has a graph
+# of its own that does not run through ``Square``'s node, so the loss's graph survives. Which of the two
 # you have depends on how the Function saves (:doc:`plot_05_four_cases_compared`); take
 # first-order gradients before the second backward, or pass ``retain_graph=True`` to it, and it
 # works for both.
@@ -221,10 +221,9 @@ x.grad = None
 # %%
 # ``use_reentrant=False`` gives the second derivative
 # ---------------------------------------------------
-# The non-reentrant checkpoint recomputes the forward under the
-# backward's grad mode, so the recomputed graph is recorded and double backward works (the one
-# PyTorch recommends). Checked
-# against native ``exp(sinh(x))``, differentiated twice:
+# The non-reentrant checkpoint recomputes the forward under the backward's grad mode, so the
+# recomputed graph is recorded and double backward works. Checked against native
+# ``exp(sinh(x))``, differentiated twice:
 def second_derivative(fn, inputs):
     (grad,) = torch.autograd.grad(fn(inputs).sum(), inputs, create_graph=True)
     return torch.autograd.grad(grad.sum(), inputs)[0]

@@ -71,11 +71,11 @@ except RuntimeError as error:
 # %%
 # Whether it fails depends on what backward saved
 # -----------------------------------------------
-# :class:`double_backward.Square` saves its *input*: ``grad_x``, :math:`2x\,\bar{y}`, has a graph
-# of its own that does not run through ``Square``'s node, so the loss's graph survives. Which of the two
-# you have depends on how the Function saves (:doc:`plot_05_four_cases_compared`); take
-# first-order gradients before the second backward, or pass ``retain_graph=True`` to it, and it
-# works for both.
+# :class:`double_backward.Square` saves its *input*: ``grad_x``, :math:`2x\,\bar{y}`, has a
+# graph of its own that does not run through ``Square``'s node, so the loss's graph survives.
+# Which of the two you have depends on how the Function saves
+# (:doc:`plot_05_four_cases_compared`); take first-order gradients before the second backward,
+# or pass ``retain_graph=True`` to it, and it works for both.
 from double_backward import Square
 
 loss = Square.apply(x).sum()
@@ -123,7 +123,7 @@ for label, options in [
     graph_bytes = held - loss.nbytes - grad.nbytes
     tensors, rest = divmod(graph_bytes, one_tensor)
     print(
-        f"{label:33} graph holds {graph_bytes:>9,} bytes = {tensors} x-sized tensors + {rest}"
+        f"{label:33} graph holds {graph_bytes:>9,} bytes = {tensors} x-sized tensors + {rest} bytes"
     )
 
 # %%

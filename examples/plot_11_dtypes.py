@@ -223,7 +223,8 @@ grads_64 = torch.autograd.grad((a64 @ b64).pow(2).sum(), (a64, b64), create_grap
 exact = torch.autograd.grad(sum(grad.pow(2).sum() for grad in grads_64), (a64, b64))
 for label, result in [("MatmulAutocast", ours), ("torch.matmul  ", native)]:
     errors = [
-        ((g.double() - e).norm() / e.norm()).item() for g, e in zip(result, exact, strict=True)
+        ((g.double() - e).norm() / e.norm()).item()
+        for g, e in zip(result, exact, strict=True)
     ]
     print(
         f"{label}: penalty gradient relative error vs float64: {errors[0]:.1e}, {errors[1]:.1e}"

@@ -51,7 +51,8 @@ torch.testing.assert_close(grad2_x, torch.sinh(x.detach()))
 # The graph of ``grad_x``
 # -----------------------
 # ``grad_x`` is built from the saved intermediates, and they lead back to ``x`` through
-# ``SinhBackward``. (Colours: :doc:`plot_00_grad_mode_rules`.)
+# ``SinhBackward``. (Colours: :doc:`plot_00_grad_mode_rules`. ``retain_graph=True`` above kept
+# the saved tensors this graph shows: :doc:`plot_09_graph_lifetime`.)
 from double_backward.graph import autograd_graph
 
 grad_x_graph = autograd_graph(

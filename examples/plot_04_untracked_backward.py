@@ -66,7 +66,8 @@ torch.testing.assert_close(grad3_x, torch.tensor(6.0, dtype=torch.float64))
 # The graph of ``grad_x``
 # -----------------------
 # ``grad_x`` is the output of ``CubeBackward``; its node ``CubeBackwardBackward`` keeps the saved
-# ``grad_out`` and ``x`` and leads back to ``x``. (Colours: :doc:`plot_00_grad_mode_rules`.)
+# ``grad_out`` and ``x`` and leads back to ``x``. (Colours: :doc:`plot_00_grad_mode_rules`.
+# ``retain_graph=True`` above kept the saved tensors it shows: :doc:`plot_09_graph_lifetime`.)
 from double_backward.graph import autograd_graph
 
 grad_x_graph = autograd_graph(

@@ -14,7 +14,8 @@ physics-informed residual with a second derivative. Each needs the gradient of a
 # Minimise :math:`f(w) = \sum_i e^{w_i} - b \cdot w + \tfrac12 \lVert A w \rVert^2`, with
 # :class:`~double_backward.Exp`. A Newton step solves :math:`H\,\delta = -\nabla f` by
 # conjugate gradients, which needs only products :math:`Hv`: the gradient of
-# :math:`\nabla f \cdot v`, a double backward.
+# :math:`\nabla f \cdot v`, a double backward. Every product runs through the same gradient's
+# graph, hence ``retain_graph=True``: :doc:`plot_09_graph_lifetime`.
 import torch
 
 from double_backward import Exp

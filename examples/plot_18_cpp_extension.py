@@ -114,7 +114,8 @@ for order, ours, native in [
 # -----------------------
 # ``grad_x`` is the output of the C++ node ``CppNode<CubeBackward>``, which leads back to ``x``.
 # (torchviz would label every C++ node ``CppFunction``; the graph helper uses their C++ names.
-# Colours: :doc:`plot_00_grad_mode_rules`.)
+# Colours: :doc:`plot_00_grad_mode_rules`. ``retain_graph=True`` above kept the saved tensors
+# it shows: :doc:`plot_09_graph_lifetime`.)
 from double_backward.graph import autograd_graph
 
 # sphinx_gallery_thumbnail_number = 1

@@ -20,6 +20,7 @@ from double_backward.costs import (
     aten_ops,
     double_backward,
     forward_backward,
+    held_memory,
     load_measurements,
     peak_memory,
     saved_tensors,
@@ -146,3 +147,30 @@ def test_the_committed_measurements_cover_every_case_and_size():
     assert measurements["settings"]["threads"] == 1
     assert {"cpu", "cores", "torch", "numpy"} <= set(measurements["machine"])
 
+
+
+# held_memory: expected bytes are numel · itemsize of the tensors torch documents each op to
+# keep (exp saves its result; mul saves both operands), not a run of the code under test.
+def test_held_memory_counts_a_returned_tensor():
+    _, held = held_memory(lambda: torch.empty(N, dtype=torch.float64))
+    assert held == N * 8
+
+
+def test_held_memory_counts_nothing_for_a_freed_temporary():
+    _, held = held_memory(lambda: torch.empty(N).sum().item())
+    assert held == 0
+
+
+def test_held_memory_counts_the_saved_intermediate_a_graph_keeps():
+    x = torch.randn(N, dtype=torch.float64, requires_grad=True)
+    # The output, plus e^x, which mul saves and only the graph keeps alive.
+    out, held = held_memory(lambda: torch.exp(x) * x)
+    assert held == 2 * N * 8
+    # The backward frees the saved e^x: what it leaves is the gradient, minus e^x.
+    _, freed = held_memory(lambda: torch.autograd.grad(out.sum(), x))
+    assert freed == 0  # + the gradient (N·8 bytes), - the freed e^x (N·8 bytes)
+
+
+def test_held_memory_refuses_what_is_not_callable():
+    with pytest.raises(TypeError, match="'step' must be callable"):
+        held_memory(torch.empty(3))

@@ -41,6 +41,7 @@ _TORCH_GENERATED = [
     ("py:method", "torch.autograd.function.FunctionCtx.save_for_backward"),
     ("py:method", "torch.autograd.function.FunctionCtx.mark_non_differentiable"),
     ("py:method", "torch.autograd.function.FunctionCtx.set_materialize_grads"),
+    ("py:method", "torch.autograd.function.FunctionCtx.mark_dirty"),
     ("py:method", "torch.autograd.Function.forward"),
     ("py:method", "torch.autograd.Function.backward"),
     ("py:method", "torch.autograd.Function.setup_context"),
@@ -97,6 +98,16 @@ INVENTORIES = {
                 "torch.utils.cpp_extension.load",
                 "cpp_extension.html#torch.utils.cpp_extension.load",
             ),
+            # Graph lifetime, in-place and dtype pages (plot_09 to plot_11).
+            (
+                "py:function",
+                "torch.utils.checkpoint.checkpoint",
+                "checkpoint.html#torch.utils.checkpoint.checkpoint",
+            ),
+            ("py:function", "torch.amp.custom_fwd", "amp.html#torch.amp.custom_fwd"),
+            ("py:function", "torch.amp.custom_bwd", "amp.html#torch.amp.custom_bwd"),
+            ("py:class", "torch.autocast", "amp.html#torch.autocast"),
+            ("py:class", "torch.amp.GradScaler", "amp.html#torch.amp.GradScaler"),
             *(
                 (role, name, f"generated/{name}.html#{name}")
                 for role, name in _TORCH_GENERATED
@@ -133,6 +144,11 @@ INVENTORIES = {
                 "py:class",
                 "collections.abc.Mapping",
                 "library/collections.abc.html#collections.abc.Mapping",
+            ),
+            (  # check()'s wrt= (issue-17's checker, merged into this branch)
+                "py:class",
+                "collections.abc.Sequence",
+                "library/collections.abc.html#collections.abc.Sequence",
             ),
             ("py:class", "str", "library/stdtypes.html#str"),
             ("py:class", "pathlib.Path", "library/pathlib.html#pathlib.Path"),

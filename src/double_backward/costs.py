@@ -5,7 +5,7 @@
   output, and which are extra memory;
 - :func:`aten_ops` lists the ATen operators a step runs, the backward's included;
 - :func:`peak_memory` measures the most memory one step allocates above what was allocated
-  before it;
+  before it, :func:`held_memory` what the step leaves allocated (a graph kept alive);
 - :data:`CASES` pairs each Function of the package with its native counterpart; the benchmark
   ``benchmarks/functions.py`` times them and :func:`load_measurements` reads its committed
   results, which the "What it costs" page plots.
@@ -214,6 +214,30 @@ def peak_memory(step: Callable[[], Any], device: str | torch.device = "cpu") -> 
         total += change
         peak = max(peak, total)
     return peak
+
+
+def held_memory(step: Callable[[], Any]) -> tuple[Any, int]:
+    """Run ``step()`` on the CPU; return its result and the bytes it leaves allocated.
+
+    The allocations and frees ``torch.profiler`` records while ``step`` runs, summed: what
+    ``step`` allocated and did not free, minus what it freed of memory allocated before it.
+    The result is held while the profile ends, so the memory it keeps alive (a tensor, the
+    graph behind it, the saved tensors that graph holds) is counted. Bytes, not times: the
+    same step gives the same number on any machine with the same torch. Only torch's
+    allocator is seen; to count a step that frees memory, keep what it frees alive elsewhere.
+    """
+    if not callable(step):
+        raise TypeError(f"held_memory: 'step' must be callable, got {type(step).__name__}")
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+    ) as profile:
+        result = step()
+    held = sum(
+        event.nbytes()
+        for event in profile.profiler.kineto_results.events()
+        if event.name() == "[memory]"
+    )
+    return result, held
 
 
 def forward_backward(

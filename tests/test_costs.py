@@ -146,3 +146,15 @@ def test_the_committed_measurements_cover_every_case_and_size():
     assert measurements["settings"]["threads"] == 1
     assert {"cpu", "cores", "torch", "numpy"} <= set(measurements["machine"])
 
+
+
+def test_the_committed_call_overhead_measurements_say_what_the_pages_print():
+    measurements = load_measurements("call_overhead")
+    assert {"cpu", "cores", "torch", "load_average_start"} <= set(measurements["machine"])
+    for kind in ("forward", "forward_backward"):
+        row = measurements["calls"][kind]
+        assert row["cube operator us"] > 0 and row["Cube Function us"] > 0
+        assert row["operator / Function"] > 0
+    compile_row = measurements["compile Square (aot_eager)"]
+    assert compile_row["after reset, best s"] <= compile_row["after reset, worst s"]
+    assert compile_row["eager call us"] > 0

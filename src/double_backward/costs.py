@@ -305,7 +305,11 @@ CASES: tuple[Case, ...] = (
 )  # fmt: skip
 
 
-def load_measurements() -> dict[str, Any]:
-    """The benchmark's committed results (``measurements/functions.json`` in the package)."""
-    text = resources.files(__package__).joinpath("measurements", "functions.json")
+def load_measurements(name: str = "functions") -> dict[str, Any]:
+    """A benchmark's committed results, ``measurements/<name>.json`` in the package.
+
+    ``functions`` is written by ``benchmarks/functions.py``, ``call_overhead`` by
+    ``benchmarks/call_overhead.py``.
+    """
+    text = resources.files(__package__).joinpath("measurements", f"{name}.json")
     return json.loads(text.read_text(encoding="utf-8"))

@@ -32,8 +32,7 @@ Function, so second and third derivatives work. Building them needs a C++ compil
 # outside the site (``~/.cache/double_backward``, or ``$DOUBLE_BACKWARD_CACHE_DIR``), keyed by
 # the source, the torch version and the Python ABI. Later runs, like this page's rebuilds and the
 # test suite, import the compiled library from there. (Whether this build compiled it or found
-# it cached is left unsaid, so that the page is the same either way; compiling took 58.6 s on
-# the project's 2-CPU machine, as the README records.)
+# it cached is left unsaid, so that the page reads the same either way.)
 from double_backward.functions.cpp_extension import load_extension
 
 build = load_extension()

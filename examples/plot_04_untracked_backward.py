@@ -100,5 +100,5 @@ print(f"gradgradcheck(CubeBackward.apply) passed: {second}")
 # Takeaway
 # --------
 # When backward leaves autograd, make it a Function and write its backward too. That backward is
-# itself made of torch operations, so every higher derivative follows. The last page sums up the
-# four cases: :doc:`plot_05_four_cases_compared`.
+# itself made of torch operations, so every higher derivative follows. The four cases side by
+# side: :doc:`plot_05_four_cases_compared`.

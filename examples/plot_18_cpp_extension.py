@@ -179,3 +179,4 @@ except RuntimeError as error:
 # Function's ``apply`` from the outer backward: then second, third and higher derivatives work,
 # in C++ as in Python (:doc:`plot_04_untracked_backward`). Check both orders with
 # :func:`~torch.autograd.gradgradcheck` or :func:`double_backward.check`, as for any Function.
+# Next, compiling: :doc:`plot_19_torch_compile`.

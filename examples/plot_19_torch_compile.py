@@ -185,4 +185,5 @@ print(f"Hv for Cube, eager: {hvp.tolist()}  (6x = {(6 * x).tolist()})")
 # ``torch.compile`` handles forward and first-order backward, including ``create_graph=True``,
 # but not a second backward through the compiled region. Compile what needs one derivative,
 # keep in eager mode what needs two, and check where your Functions stand in the
-# :doc:`/compatibility`. Wrapping outside code for compile: :doc:`plot_17_custom_ops`.
+# :doc:`/compatibility`. Wrapping outside code for compile: :doc:`plot_17_custom_ops`. Next,
+# what each way of writing a Function costs: :doc:`plot_20_costs`.

@@ -46,7 +46,7 @@ def test_every_page_loads_in_chromium_without_errors_or_outside_requests(
     ("query", "expected_title"),
     [
         ("save_for_backward", "Saving the inputs"),
-        ("gradgradcheck", "Conclusion: is your backward tracked?"),
+        ("gradgradcheck", "The four cases compared: is your backward tracked?"),
     ],
 )
 def test_search_finds_the_pages_that_teach_a_name(

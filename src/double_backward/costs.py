@@ -16,6 +16,7 @@ torch only: nothing here needs NumPy or matplotlib.
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -178,6 +179,37 @@ def aten_ops(step: Callable[[], Any]) -> list[str]:
     with _OperatorLog() as log:
         step()
     return log.names
+
+
+def backward_ops(
+    fn: Callable[[torch.Tensor], Any], x: torch.Tensor
+) -> tuple[list[str], list[str]]:
+    """The ATen operators of the ``create_graph=True`` backward of ``fn`` at ``x``, then of
+    the backward of that (both with incoming gradients of ones)."""
+    x = x.detach().requires_grad_()
+    y = fn(x)
+    grads: list[torch.Tensor] = []
+
+    def first_backward() -> None:
+        grads.append(torch.autograd.grad(y, x, torch.ones_like(y), create_graph=True)[0])
+
+    first = aten_ops(first_backward)
+    second = aten_ops(lambda: torch.autograd.grad(grads[0], x, torch.ones_like(x)))
+    return first, second
+
+
+def ops_listing(label: str, ops: list[str], width: int = 80, indent: int = 32) -> str:
+    """``label`` then ``ops``, wrapped to ``width`` with the ops indented by ``indent``.
+
+    A label too long for its column gets a line of its own, so it never runs into the ops.
+    """
+    lines = textwrap.wrap(" ".join(ops), width - indent) or [""]
+    padded = [" " * indent + line for line in lines]
+    if len(label) < indent:
+        padded[0] = label.ljust(indent) + lines[0]
+    else:
+        padded.insert(0, label)
+    return "\n".join(padded)
 
 
 def peak_memory(step: Callable[[], Any], device: str | torch.device = "cpu") -> int:

@@ -77,8 +77,8 @@ grad_x_graph = autograd_graph(
 grad_x_graph
 
 # %%
-# Checking it numerically
-# -----------------------
+# gradcheck and gradgradcheck
+# ---------------------------
 # Both Functions pass, :class:`~double_backward.CubeBackward` in each of its two inputs.
 from torch.autograd import gradcheck, gradgradcheck
 

@@ -122,8 +122,8 @@ grad_x_graph = autograd_graph(
 grad_x_graph
 
 # %%
-# Checking it numerically
-# -----------------------
+# gradcheck and gradgradcheck
+# ---------------------------
 # :func:`~torch.autograd.gradcheck` passes for both versions: their first derivatives are right.
 # :func:`~torch.autograd.gradgradcheck` passes for ``cube`` and for ``cube_backward`` in each of
 # its two inputs, and fails for ``cube_untracked``.

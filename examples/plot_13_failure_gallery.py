@@ -62,8 +62,8 @@ symptom(SinhBad.apply, torch.sinh)
 # **Why:** forward runs in no-grad mode, so the intermediates have no history; ``grad_x`` is
 # built from them and from ``grad_out`` only. When ``grad_out`` depends on ``x``, its path is
 # the only one left: the term through :math:`\cosh x` is lost, and the answer is
-# :math:`\cosh^2 x` instead of :math:`\cosh 2x`, with no error. **Fix:** return them as extra outputs and save
-# them with ``save_for_backward``: :doc:`plot_03_saving_intermediates`.
+# :math:`\cosh^2 x` instead of :math:`\cosh 2x`, with no error. **Fix:** return them as extra
+# outputs and save them with ``save_for_backward``: :doc:`plot_03_saving_intermediates`.
 #
 # 2. ``save_for_backward`` on an intermediate that is not an output
 # -----------------------------------------------------------------

@@ -7,8 +7,9 @@ The tutorial wraps a NumPy backward in a second :class:`torch.autograd.Function`
 :func:`torch.library.custom_op` for Python code it cannot see (NumPy, SciPy): an operator with
 a schema, whose derivative is registered with ``register_autograd``. (For a C++ or CUDA kernel
 it recommends registering the operator from C++ with ``TORCH_LIBRARY``;
-:doc:`plot_18_cpp_extension` takes the C++ route with a ``torch::autograd::Function``.) Double backward needs
-the same idea as before: the backward must itself be an operator with its own autograd.
+:doc:`plot_18_cpp_extension` takes the C++ route with a ``torch::autograd::Function``.)
+Double backward needs the same idea as before: the backward must itself be an operator with
+its own autograd.
 
 This page builds :math:`y = x^3` as two NumPy operators, checks them to the third order and with
 :func:`torch.library.opcheck`, breaks the pattern on purpose, and compares, in one run, what the

@@ -131,7 +131,8 @@ class SquareOnceDifferentiable(torch.autograd.Function):
     x. When an incoming gradient requires grad, the result is attached instead to a node
     that raises "trying to differentiate twice": a second ``.backward()`` runs that node
     and fails loudly. ``torch.autograd.grad(..., x)`` never runs it (the node does not
-    lead to x): alone, the second derivative is then an error; added to other terms of the loss, the Function's term is silently missing. For
+    lead to x): alone, the second derivative is then an error; added to other terms of
+    the loss, the Function's term is silently missing. For
     ``SquareOnceDifferentiable.apply(x).sum() + (x ** 3).sum()`` the second derivative
     comes back as 6x instead of 2 + 6x, by ``grad`` and by ``.backward()`` alike.
     """

@@ -33,7 +33,9 @@ from functions import cpu_model, load_average  # noqa: E402
 from double_backward import Cube, Square  # noqa: E402
 from double_backward.functions.custom_ops import cube  # noqa: E402
 
-DEFAULT_OUTPUT = ROOT / "src" / "double_backward" / "measurements" / "call_overhead.json"
+DEFAULT_OUTPUT = (
+    ROOT / "src" / "double_backward" / "measurements" / "call_overhead.json"
+)
 
 
 def per_call(step, number: int) -> float:
@@ -51,7 +53,10 @@ def call_times(number: int, repeat: int) -> dict:
     t = torch.randn(100, dtype=torch.float64, requires_grad=True)
     pairs = {
         "forward": (lambda: Cube.apply(t), lambda: cube(t)),
-        "forward_backward": (forward_backward(Cube.apply, t), forward_backward(cube, t)),
+        "forward_backward": (
+            forward_backward(Cube.apply, t),
+            forward_backward(cube, t),
+        ),
     }
     results = {}
     for kind, (function, operator) in pairs.items():
@@ -109,8 +114,13 @@ def main() -> None:
             "torch": torch.__version__,
             "load_average_start": load_start,
         },
-        "settings": {"dtype": "float64", "elements": 100, "threads": 1,
-                     "number": args.number, "repeat": args.repeat},  # fmt: skip
+        "settings": {
+            "dtype": "float64",
+            "elements": 100,
+            "threads": 1,
+            "number": args.number,
+            "repeat": args.repeat,
+        },  # fmt: skip
         "calls": call_times(args.number, args.repeat),
         "compile Square (aot_eager)": compile_times(args.repeat),
     }

@@ -69,7 +69,9 @@ def grad_fns(outputs):
 
 
 print(f"x requires grad:         {grad_fns(SinhNonDifferentiableExtras.apply(x))}")
-print(f"x does not require grad: {grad_fns(SinhNonDifferentiableExtras.apply(x.detach()))}")
+print(
+    f"x does not require grad: {grad_fns(SinhNonDifferentiableExtras.apply(x.detach()))}"
+)
 
 # %%
 # Reading the graphs

@@ -153,7 +153,9 @@ print(f"SinhBad:    {composed_second_derivative(SinhBad.apply).numpy().round(3)}
 print(f"Sinh (fix): {composed_second_derivative(sinh).numpy().round(3)}")
 print(f"torch.sinh: {composed_second_derivative(torch.sinh).numpy().round(3)}")
 cosh_squared, cosh_2x = torch.cosh(xs.detach()) ** 2, torch.cosh(2 * xs.detach())
-print(f"cosh^2 x:   {cosh_squared.numpy().round(3)}  cosh 2x: {cosh_2x.numpy().round(3)}")
+print(
+    f"cosh^2 x:   {cosh_squared.numpy().round(3)}  cosh 2x: {cosh_2x.numpy().round(3)}"
+)
 
 # %%
 # When the incoming gradient requires grad but does not depend on ``x`` (as in

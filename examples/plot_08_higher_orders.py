@@ -101,6 +101,7 @@ def squared(t):
 
 print(f".backward(): {second_derivative(squared, by_backward=True)}")
 
+
 # %%
 # Silent: another term of the loss reaches ``x``
 # ----------------------------------------------
@@ -119,9 +120,13 @@ print(f"right:       {(2 + 6 * x.detach()).tolist()}  (2 + 6x)")
 # %%
 # With :func:`torch.autograd.grad` alone, the error is not the decorator's but autograd's:
 # the gradient does not require grad, or the decorator's node does not lead to ``x``.
-print(f"grad(), alone:                  "
-      f"{second_derivative(lambda t: SquareOnceDifferentiable.apply(t).sum(), False)}")
-print(f"grad(), grad_out depends on x:  {second_derivative(squared, by_backward=False)}")
+print(
+    f"grad(), alone:                  "
+    f"{second_derivative(lambda t: SquareOnceDifferentiable.apply(t).sum(), False)}"
+)
+print(
+    f"grad(), grad_out depends on x:  {second_derivative(squared, by_backward=False)}"
+)
 
 # %%
 # Takeaway

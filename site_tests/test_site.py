@@ -97,9 +97,13 @@ def test_the_nu_validator_reports_no_errors(site):
 def test_two_clean_builds_with_source_date_epoch_are_byte_identical(reader_site):
     # The second build starts from an empty C++ build cache (see conftest.reader_site).
     first, second = reader_site.html, reader_site.second_html
-    examples = {f"{script.stem}.html" for script in (ROOT / "examples").glob("plot_*.py")}
+    examples = {
+        f"{script.stem}.html" for script in (ROOT / "examples").glob("plot_*.py")
+    }
     for tree in (first, second):
-        assert {page.name for page in (tree / "auto_examples").glob("plot_*.html")} == examples
+        assert {
+            page.name for page in (tree / "auto_examples").glob("plot_*.html")
+        } == examples
     assert tree_differences(first, second) == []
     assert list(first.rglob("*.zip")), "the comparison should include the download zips"
     assert list(first.glob("wheels/double_backward-*.whl")), (

@@ -286,6 +286,8 @@ def test_compiling_after_distutils_was_imported_prints_no_setuptools_warning(tmp
                 pass
         print([str(w.message) for w in caught if "istutils" in str(w.message)])
     """))  # fmt: skip
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

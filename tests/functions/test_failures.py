@@ -132,7 +132,9 @@ def test_detaching_in_backward_is_silently_wrong_when_grad_out_depends_on_x(x):
     assert not torch.allclose(second, native)
 
 
-@pytest.mark.parametrize("fn", [SinhBad.apply, *(p.values[0] for p in BROKEN_SECOND_ORDER)])
+@pytest.mark.parametrize(
+    "fn", [SinhBad.apply, *(p.values[0] for p in BROKEN_SECOND_ORDER)]
+)
 def test_gradgradcheck_catches_every_broken_function(fn, x):
     with pytest.raises(GradcheckError):
         gradgradcheck(fn, (x,))

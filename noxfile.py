@@ -199,6 +199,13 @@ def bench_functions(session: nox.Session) -> None:
     session.run("python", "benchmarks/softmax_layer_norm.py", *session.posargs)
 
 
+@nox.session(reuse_venv=True)
+def bench_call_overhead(session: nox.Session) -> None:
+    """Time a custom operator's call against a Function's, and an aot_eager compile."""
+    install(session)
+    session.run("python", "benchmarks/call_overhead.py", *session.posargs)
+
+
 # A reader's venv: torch and the package's other dependencies, nothing of this project. The
 # site checks install the package into it from the served site, as the pages tell readers to.
 READER_VENV = ROOT / ".nox" / "site-reader"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import sys
+import time
 from importlib.metadata import version as installed_version
 from pathlib import Path
 
@@ -17,7 +19,14 @@ from source_digest import digest, printed_versions  # noqa: E402
 # -- Project -------------------------------------------------------------------
 project = "double-backward"
 author = "The double-backward developers"
-copyright = "2026, The double-backward developers"
+# From the project's first year to the year of the build: SOURCE_DATE_EPOCH's when it is set
+# (reproducible builds), else today's.
+FIRST_YEAR = 2026
+_build_year = datetime.datetime.fromtimestamp(
+    int(os.environ.get("SOURCE_DATE_EPOCH", time.time())), tz=datetime.timezone.utc
+).year
+_years = f"{FIRST_YEAR}" if _build_year <= FIRST_YEAR else f"{FIRST_YEAR}–{_build_year}"
+copyright = f"{_years}, The double-backward developers"
 release = version = installed_version("double-backward")
 
 # -- General -------------------------------------------------------------------

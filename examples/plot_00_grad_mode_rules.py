@@ -6,7 +6,8 @@ Whether a custom :class:`torch.autograd.Function` supports double backward follo
 about what autograd records:
 
 1. **Forward is not recorded.** It runs in no-grad mode, and when it returns, the Function's
-   backward becomes the ``grad_fn`` of each output.
+   backward node becomes the ``grad_fn`` of each output autograd tracks (not of an output
+   marked non-differentiable, nor of any output when no input requires grad).
 2. **Backward is recorded only when** ``create_graph=True``. Then its operations build a graph, so
    the gradient it returns can be differentiated again.
 
@@ -55,6 +56,24 @@ next_nodes = [type(node).__name__ for node, _ in out.grad_fn.next_functions]
 print(f"out.grad_fn.next_functions: {next_nodes}  (the AccumulateGrad node of x)")
 
 # %%
+# Outputs that get no ``grad_fn``
+# -------------------------------
+# An output marked with ``ctx.mark_non_differentiable`` is not tracked, and when no input
+# requires grad there is nothing to track at all. ``SinhNonDifferentiableExtras`` (from the
+# failure gallery) returns three outputs and marks the last two:
+from double_backward.functions.failures import SinhNonDifferentiableExtras
+
+
+def grad_fns(outputs):
+    return [type(o.grad_fn).__name__ if o.grad_fn else None for o in outputs]
+
+
+print(f"x requires grad:         {grad_fns(SinhNonDifferentiableExtras.apply(x))}")
+print(
+    f"x does not require grad: {grad_fns(SinhNonDifferentiableExtras.apply(x.detach()))}"
+)
+
+# %%
 # Reading the graphs
 # ------------------
 # Every graph on this site is drawn by :func:`double_backward.graph.autograd_graph`, with these
@@ -89,9 +108,12 @@ for create_graph in (False, True):
 # %%
 # What the two rules mean together
 # --------------------------------
-# With ``create_graph=True`` the gradient is differentiable exactly when the tensors backward
-# computes it from are tracked. Here ``grad_x = grad_out * 2 * x`` uses the saved input ``x``, so
-# the second derivative comes out right: :math:`\frac{d^2}{dx^2} x^2 = 2`.
+# With ``create_graph=True`` the gradient has a graph when the tensors backward computes it
+# from are tracked. It is *right* only when it depends on the input through tracked tensors by
+# the right formula: a gradient whose only path to ``x`` is the incoming gradient has a graph
+# too, and is silently wrong (:doc:`plot_03_saving_intermediates`). Here
+# ``grad_x = grad_out * 2 * x`` uses the saved input ``x``, so the second derivative comes out
+# right: :math:`\frac{d^2}{dx^2} x^2 = 2`.
 (grad_x,) = torch.autograd.grad(Probe.apply(x), x, create_graph=True)
 (second,) = torch.autograd.grad(grad_x, x)
 print(f"d2y/dx2 of y = x**2 at x = 1.5: {second.item():.4f}  (analytic: 2)")

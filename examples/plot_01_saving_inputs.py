@@ -80,6 +80,17 @@ print(f"gradcheck(Square.apply)     passed: {gradcheck(Square.apply, inputs)}")
 print(f"gradgradcheck(Square.apply) passed: {gradgradcheck(Square.apply, inputs)}")
 
 # %%
+# In float32 the same correct Function fails (gradcheck also warns that its input is not
+# float64):
+import warnings
+
+float32_inputs = (inputs[0].detach().float().requires_grad_(),)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    in_float32 = gradcheck(Square.apply, float32_inputs, raise_exception=False)
+print(f"gradcheck(Square.apply) in float32 passed: {in_float32}")
+
+# %%
 # Takeaway
 # --------
 # An input saved for backward carries its own history, so a backward written with differentiable

@@ -53,8 +53,9 @@ print(f"d2y/dx2 at x = 0.5: {grad2_x.item():.6f}  (analytic e^x = {exp_x:.6f})")
 torch.testing.assert_close(grad2_x, torch.exp(x.detach()))
 
 # %%
-# Checking it numerically
-# -----------------------
+# gradcheck and gradgradcheck
+# ---------------------------
+# Both pass (what each compares: :doc:`plot_01_saving_inputs`).
 from torch.autograd import gradcheck, gradgradcheck
 
 torch.manual_seed(0)

@@ -10,7 +10,7 @@ gradient computed from it cannot be differentiated again.
 
 This page runs the fix, :class:`double_backward.Sinh`, and the mistake,
 :class:`double_backward.SinhBad`, side by side, and shows the mistake's first derivative
-right and its second derivative lost.
+right and its second derivative lost, or wrong without an error.
 """
 
 # %%
@@ -22,9 +22,12 @@ right and its second derivative lost.
 # the second derivative through them. :func:`~double_backward.sinh` keeps only the first output.
 #
 # Two details go beyond PyTorch's tutorial. The intermediates are the *halves* :math:`\tfrac12
-# e^{\pm x}`, so the result overflows where :func:`torch.sinh` does rather than where
-# :math:`e^x` does. And ``ctx.set_materialize_grads(False)`` makes backward receive ``None``,
-# not zeros, for an output that got no gradient: ``0 * inf`` would turn an overflow into ``nan``.
+# e^{\pm x}`, so the result overflows where :math:`\sinh x` leaves the dtype's range rather
+# than :math:`\ln 2` earlier, where :math:`e^x` does (shown below). And
+# ``ctx.set_materialize_grads(False)`` makes backward receive ``None``, not zeros, for an
+# output that got no gradient: ``0 * inf`` would turn an overflow into ``nan``. That holds in
+# eager mode; ``torch.compile`` materialises the zeros anyway, and the ``nan`` comes back
+# (run in :doc:`plot_19_torch_compile`).
 #
 # .. literalinclude:: /../src/double_backward/functions/saving_intermediates.py
 #    :pyobject: Sinh
@@ -48,6 +51,19 @@ print(f"d2y/dx2 at x = 0.5: {grad2_x.item():.6f}  (analytic sinh x = {sinh_x:.6f
 torch.testing.assert_close(grad2_x, torch.sinh(x.detach()))
 
 # %%
+# Where it overflows
+# ------------------
+# In float32, :math:`\sinh x` exceeds the largest float from :math:`x = 89.416`, and
+# :math:`e^x` from :math:`88.723`. At :math:`x = 89` the package's ``sinh`` is finite.
+# :func:`torch.sinh` gives the same on a short tensor, but on a long one its vectorised CPU
+# kernel goes through :math:`e^x` and overflows early:
+near_overflow = torch.tensor([89.0])
+long_tensor = torch.full((64,), 89.0)
+print(f"sinh(89), package:              {sinh(near_overflow).item():.4g}")
+print(f"torch.sinh(89), 1 element:      {torch.sinh(near_overflow).item():.4g}")
+print(f"torch.sinh(89), 64 elements:    {torch.sinh(long_tensor)[0].item():.4g}")
+
+# %%
 # The graph of ``grad_x``
 # -----------------------
 # ``grad_x`` is built from the saved intermediates, and they lead back to ``x`` through
@@ -63,8 +79,9 @@ grad_x_graph = autograd_graph(
 grad_x_graph
 
 # %%
-# Checking it numerically
-# -----------------------
+# gradcheck and gradgradcheck
+# ---------------------------
+# Both pass (what each compares: :doc:`plot_01_saving_inputs`).
 from torch.autograd import gradcheck, gradgradcheck
 
 torch.manual_seed(0)
@@ -109,20 +126,43 @@ bad_grad_x_graph
 # %%
 # So the second derivative fails, loudly...
 # -----------------------------------------
-# Asked for the second derivative directly, autograd refuses: ``grad_x`` does not require grad.
+# Asked for the second derivative of ``SinhBad.apply(x)`` alone, autograd refuses: ``grad_x``
+# does not require grad.
 try:
     torch.autograd.grad(bad_grad_x, x)
 except RuntimeError as error:
     print(f"RuntimeError: {error}")
 
 # %%
-# ... or silently
-# ---------------
-# When the incoming gradient itself requires grad (as in
-# :func:`~torch.autograd.gradgradcheck`, or any chain where ``grad_out`` depends on other
-# parameters), ``grad_x`` *does* get a graph, but only to ``grad_out``. The derivative with respect
-# to ``x`` then comes out as zero instead of :math:`\sinh x`; with ``allow_unused=True`` nothing
-# complains.
+# ... or, in a real loss, silently wrong
+# --------------------------------------
+# A loss rarely ends at ``SinhBad``. After any nonlinear op downstream, the incoming gradient
+# depends on ``x``: for :math:`L = \tfrac12 \sum \sinh^2 x` it is :math:`\sinh x`. Then
+# ``grad_x = grad_out * cosh`` *does* reach ``x``, through ``grad_out``, and no error is
+# raised. But the path through the cosh factor is missing: the second derivative comes out as
+# :math:`\cosh^2 x` instead of :math:`\cosh 2x`. Against native autograd:
+xs = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64, requires_grad=True)
+
+
+def composed_second_derivative(sinh_fn):
+    loss = (sinh_fn(xs) ** 2).sum() / 2
+    (grad_xs,) = torch.autograd.grad(loss, xs, create_graph=True)
+    return torch.autograd.grad(grad_xs.sum(), xs)[0]
+
+
+print(f"SinhBad:    {composed_second_derivative(SinhBad.apply).numpy().round(3)}")
+print(f"Sinh (fix): {composed_second_derivative(sinh).numpy().round(3)}")
+print(f"torch.sinh: {composed_second_derivative(torch.sinh).numpy().round(3)}")
+cosh_squared, cosh_2x = torch.cosh(xs.detach()) ** 2, torch.cosh(2 * xs.detach())
+print(
+    f"cosh^2 x:   {cosh_squared.numpy().round(3)}  cosh 2x: {cosh_2x.numpy().round(3)}"
+)
+
+# %%
+# When the incoming gradient requires grad but does not depend on ``x`` (as in
+# :func:`~torch.autograd.gradgradcheck`), the second derivative with respect to ``x`` is a
+# silent zero: nothing leads back to ``x`` (``.backward()`` leaves ``x.grad`` empty; ``grad``
+# with ``allow_unused=True`` returns zero).
 grad_out = torch.ones((), dtype=torch.float64, requires_grad=True)
 (bad_grad_x,) = torch.autograd.grad(SinhBad.apply(x), x, grad_out, create_graph=True)
 (bad_grad2_x,) = torch.autograd.grad(

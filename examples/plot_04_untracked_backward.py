@@ -78,8 +78,8 @@ grad_x_graph = autograd_graph(
 grad_x_graph
 
 # %%
-# Checking it numerically
-# -----------------------
+# gradcheck and gradgradcheck
+# ---------------------------
 # Both Functions pass, :class:`~double_backward.CubeBackward` in each of its two inputs.
 from torch.autograd import gradcheck, gradgradcheck
 
@@ -101,5 +101,5 @@ print(f"gradgradcheck(CubeBackward.apply) passed: {second}")
 # Takeaway
 # --------
 # When backward leaves autograd, make it a Function and write its backward too. That backward is
-# itself made of torch operations, so every higher derivative follows. The last page sums up the
-# four cases: :doc:`plot_05_four_cases_compared`.
+# itself made of torch operations, so every higher derivative follows. The four cases side by
+# side: :doc:`plot_05_four_cases_compared`.

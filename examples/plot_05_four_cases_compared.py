@@ -1,10 +1,11 @@
 r"""
-Conclusion: is your backward tracked?
-=====================================
+The four cases compared: is your backward tracked?
+==================================================
 
-Whether double backward works for a custom Function comes down to one question: can autograd
-record the computation in its backward? This page runs every Function of the tutorial through
-the same checks and prints the answer for each.
+The four previous pages each saved a different kind of tensor for backward. Whether double
+backward works comes down to one question: can autograd record the computation in its backward,
+all of it? This page runs every Function of the tutorial through the same checks and prints the
+answer for each, before the modern API and the higher orders.
 """
 
 # %%
@@ -53,8 +54,11 @@ for name, fn in FUNCTIONS.items():
 #   recompute it in backward (:doc:`plot_03_saving_intermediates`).
 # - A backward autograd cannot see becomes a Function with a backward of its own
 #   (:doc:`plot_04_untracked_backward`).
+# - A graph back to ``x`` is necessary, not sufficient: ``SinhBad``'s gradient reaches ``x``
+#   through the incoming gradient in any real loss, and is then wrong without an error
+#   (:doc:`plot_03_saving_intermediates`).
 # - Check every Function with :func:`~torch.autograd.gradcheck` *and*
 #   :func:`~torch.autograd.gradgradcheck`, in float64: only the second catches a lost graph.
 #
-# Where to go next: the :doc:`API reference </api>` of the ``double_backward`` package, and
-# PyTorch's guide to :class:`torch.autograd.Function`.
+# Next, the ``setup_context`` style that :mod:`torch.func` and forward mode need:
+# :doc:`plot_06_modern_api`.

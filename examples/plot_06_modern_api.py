@@ -6,7 +6,9 @@ PyTorch's tutorial writes ``forward(ctx, x)``. That style still works with
 :func:`torch.autograd.grad`, but :mod:`torch.func` (``vmap``, ``grad``, ``jacrev``,
 ``hessian``) refuses it. The modern style splits ``forward`` (no ``ctx``) from
 ``setup_context``; add a ``jvp`` staticmethod and forward-mode AD works too, which
-``hessian`` needs. This page runs both styles and every transform against the native op.
+``hessian`` needs. A ``jvp`` has two costs, both run below: every Function that backward calls
+needs one as well, and ``torch.compile`` cannot trace a Function that has one. This page runs
+both styles and every transform against the native op.
 """
 
 # %%
@@ -76,6 +78,43 @@ except NotImplementedError as error:
     print(f"NotImplementedError: {error}")
 
 # %%
+# ... and so does every Function backward calls
+# ---------------------------------------------
+# ``hessian`` pushes the tangent through backward too. If backward calls another Function, that
+# one needs its own ``jvp``: with a ``jvp`` on the outer Function only, ``hessian`` fails with an
+# internal error that does not name the missing rule.
+#
+# .. literalinclude:: /../src/double_backward/functions/failures.py
+#    :pyobject: CubeJvpOnOuterOnly
+from double_backward.functions.failures import CubeJvpOnOuterOnly
+
+try:
+    hessian(lambda t: CubeJvpOnOuterOnly.apply(t).sum())(x)
+except AssertionError as error:
+    print(f"jvp on the outer Function only: AssertionError: {error}")
+both = hessian(lambda t: modern.Cube.apply(t).sum())(x).diagonal()
+print(f"jvp on both (modern Cube):      diagonal {both.numpy().round(4)}  (6x)")
+
+# %%
+# A ``jvp`` stops ``torch.compile``
+# ---------------------------------
+# Dynamo refuses to trace a Function that defines ``jvp`` when an input requires grad, as in
+# training. With ``fullgraph=True`` that is an error; without it the Function runs eagerly at a
+# graph break (:doc:`plot_19_torch_compile`). So give a Function a ``jvp`` when forward mode or
+# ``hessian`` will use it, not by default.
+for requires_grad in (False, True):
+    torch._dynamo.reset()
+    compiled = torch.compile(modern.Square.apply, backend="aot_eager", fullgraph=True)
+    try:
+        compiled(x.detach().requires_grad_(requires_grad))
+        print(f"input requires grad: {requires_grad!s:5}  compiles")
+    except Exception as error:
+        explanation = next(line.strip() for line in str(error).splitlines()
+                           if "Explanation" in line)  # fmt: skip
+        print(f"input requires grad: {requires_grad!s:5}  {type(error).__name__}: "
+              f"{str(error).splitlines()[0]}\n{'':28}{explanation}")  # fmt: skip
+
+# %%
 # A NumPy forward under ``vmap``
 # ------------------------------
 # ``generate_vmap_rule = True`` runs forward on vmap's batched tensors. For torch operations
@@ -125,6 +164,7 @@ torch.testing.assert_close(forward_over_reverse, reverse_over_reverse)
 # Takeaway
 # --------
 # Write new Functions in the ``setup_context`` style, give them a ``jvp`` when forward mode
-# may be used, and a vmap rule (generated for torch operations, hand-written otherwise).
+# may be used (and to every Function their backward calls; not where ``torch.compile`` must
+# trace them), and a vmap rule (generated for torch operations, hand-written otherwise).
 # :func:`double_backward.check` reports which transforms a Function supports. Next:
 # :doc:`plot_07_deriving_double_backward`, for ops that are not elementwise.

@@ -5,7 +5,8 @@ Third order and beyond, and where to stop
 Double backward is second order, but nothing stops at two: a derivative of any order exists
 exactly when every backward on the way is recorded by autograd. This page measures how far
 each of the tutorial's Functions goes, builds a pair of Functions differentiable to any order,
-and shows ``once_differentiable``, the honest way to say "first order only".
+and shows ``once_differentiable``, the way to say "first order only", and when it stays
+silent.
 """
 
 # %%
@@ -66,46 +67,74 @@ for order, (ours, native) in enumerate(
 # --------------------------------------
 # A backward that cannot be made differentiable (it calls code autograd cannot see and you do
 # not want to write its derivative) should say so. Decorating backward with
-# :func:`torch.autograd.function.once_differentiable` runs it in no-grad mode and makes any
-# attempt to differentiate its result fail loudly instead of returning a wrong number.
+# :func:`torch.autograd.function.once_differentiable` runs it in no-grad mode, and when an
+# incoming gradient requires grad it attaches the result to a node that raises. That error is
+# not guaranteed: it depends on how the second derivative is asked for.
 #
 # .. literalinclude:: /../src/double_backward/functions/failures.py
 #    :pyobject: SquareOnceDifferentiable
 from double_backward.functions.failures import SquareOnceDifferentiable
 
 x = torch.tensor([0.5, 1.5], dtype=torch.float64, requires_grad=True)
-(grad_x,) = torch.autograd.grad(
-    SquareOnceDifferentiable.apply(x).sum(), x, create_graph=True
-)
-print(f"first derivative: {grad_x.tolist()}  (analytic 2x = {(2 * x).tolist()})")
+
+
+def second_derivative(loss, by_backward):
+    (grad_x,) = torch.autograd.grad(loss(x), x, create_graph=True)
+    try:
+        if by_backward:
+            x.grad = None
+            grad_x.sum().backward()
+            return x.grad.tolist()
+        return torch.autograd.grad(grad_x.sum(), x)[0].tolist()
+    except RuntimeError as error:
+        return f"RuntimeError: {error}"
+
 
 # %%
-# When the incoming gradient requires grad (as in a gradient penalty, or
-# :func:`~torch.autograd.gradgradcheck`), the second backward reaches the decorator's guard and
-# gets its error message:
-grad_out = torch.ones_like(x, requires_grad=True)
-(grad_x,) = torch.autograd.grad(
-    SquareOnceDifferentiable.apply(x), x, grad_out, create_graph=True
-)
-try:
-    grad_x.sum().backward()
-except RuntimeError as error:
-    print(f"RuntimeError: {error}")
+# Loud: a second ``.backward()``, incoming gradient depending on ``x``
+# --------------------------------------------------------------------
+# For :math:`L = \tfrac12 \sum (x^2)^2` the incoming gradient is :math:`x^2`, which requires
+# grad; ``.backward()`` runs every node of the graph, the decorator's included:
+def squared(t):
+    return (SquareOnceDifferentiable.apply(t) ** 2).sum() / 2
+
+
+print(f".backward(): {second_derivative(squared, by_backward=True)}")
+
 
 # %%
-# With a plain incoming gradient there is no graph at all, and autograd says so:
-(grad_x,) = torch.autograd.grad(
-    SquareOnceDifferentiable.apply(x).sum(), x, create_graph=True
+# Silent: another term of the loss reaches ``x``
+# ----------------------------------------------
+# The decorator's node hangs off a detached copy of the result, not off ``x``, and with a
+# plain incoming gradient there is no node at all. So when another term of the loss depends on
+# ``x``, here :math:`x^3`, the Function's own term is simply missing, by either call:
+# :math:`6x` instead of :math:`2 + 6x`.
+def plus_cube(t):
+    return SquareOnceDifferentiable.apply(t).sum() + (t**3).sum()
+
+
+print(f"grad():      {second_derivative(plus_cube, by_backward=False)}")
+print(f".backward(): {second_derivative(plus_cube, by_backward=True)}")
+print(f"right:       {(2 + 6 * x.detach()).tolist()}  (2 + 6x)")
+
+# %%
+# With :func:`torch.autograd.grad` alone, the error is not the decorator's but autograd's:
+# the gradient does not require grad, or the decorator's node does not lead to ``x``.
+print(
+    f"grad(), alone:                  "
+    f"{second_derivative(lambda t: SquareOnceDifferentiable.apply(t).sum(), False)}"
 )
-try:
-    torch.autograd.grad(grad_x.sum(), x)
-except RuntimeError as error:
-    print(f"RuntimeError: {error}")
+print(
+    f"grad(), grad_out depends on x:  {second_derivative(squared, by_backward=False)}"
+)
 
 # %%
 # Takeaway
 # --------
 # Differentiability is inherited: a backward made of recorded operations or of Functions with
 # their own backward can be differentiated again, to any order. When it cannot, mark it
-# ``@once_differentiable`` so the failure is loud. Next, the mistakes that are not loud:
+# ``@once_differentiable``, but do not count on an error: it is loud only for a second
+# ``.backward()`` whose incoming gradient requires grad, and silent when other terms of the
+# loss reach the input. Test the second derivative the way your code takes it (or run
+# :func:`~torch.autograd.gradgradcheck`, which raises). Next, more mistakes that are not loud:
 # :doc:`plot_13_failure_gallery`.

@@ -2,54 +2,48 @@ r"""
 A gallery of failures
 =====================
 
-Every pattern on this page is **wrong on purpose**. Each computes the right value and the
-right first derivative, so ordinary tests pass; each breaks the second derivative. Some break
-it loudly (an error), some silently (a wrong number, no warning). Each is executed here, its
-symptom captured, and followed by why it happens, the fix, and the page that teaches the fix.
-:func:`double_backward.check` names every one of them.
+The Functions of patterns 1 to 6 are **wrong on purpose**. Each computes the right value and
+the right first derivative, so ordinary tests pass; each breaks the second derivative. With a
+plain incoming gradient most fail loudly, with an error. As soon as the incoming gradient
+depends on the input, as it does after any nonlinear op downstream, every one of them returns
+a **wrong number and no error**. Each is executed here, its symptom captured, and followed by
+why it happens, the fix, and the page that teaches the fix; :func:`double_backward.check`
+names each of them. Patterns 7 and 8 are a correct Function in the old style under
+:mod:`torch.func`, and a PyTorch op without double backward.
 """
 
 # %%
 # How each pattern is put to the test
 # -----------------------------------
-# ``symptom`` computes the first derivative of ``sinh`` or ``x**2`` at three points, then asks
-# for the second derivative twice: with a plain incoming gradient (as
-# :func:`torch.autograd.grad` on a loss does), and with an incoming gradient that itself
-# requires grad (as in a gradient penalty or :func:`~torch.autograd.gradgradcheck`). The answer
-# is compared with the native op's; a failing comparison is labelled "silently wrong".
+# :func:`~double_backward.functions.failures.second_derivative` takes the second derivative of
+# ``sinh`` or ``x**2`` at three points in the three ways a reader meets it: with a plain
+# incoming gradient (``fn(x).sum()``), with one that requires grad (as
+# :func:`~torch.autograd.gradgradcheck` passes), and with one that **depends on** ``x``, as
+# after any nonlinear op downstream: the loss :math:`\tfrac12 \sum f(x)^2`, whose second
+# derivative is :math:`f'^2 + f f''`. ``symptom`` prints each next to the native op's answer.
+#
+# .. literalinclude:: /../src/double_backward/functions/failures.py
+#    :pyobject: second_derivative
 import torch
 
 from double_backward import check
+from double_backward.functions.failures import GRAD_OUTS, second_derivative
 
 x = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64, requires_grad=True)
 
 
-def value(output):
-    return output[0] if isinstance(output, tuple) else output  # Sinh-like Functions
-
-
-def second_derivative(fn, grad_out):
-    (grad_x,) = torch.autograd.grad(value(fn(x)), x, grad_out, create_graph=True)
-    (second,) = torch.autograd.grad(
-        grad_x.sum(), x, allow_unused=True, materialize_grads=True
-    )
-    return second
-
-
 def symptom(fn, native):
-    expected = second_derivative(native, torch.ones_like(x))
-    for label, grad_out in [
-        ("plain grad_out", torch.ones_like(x)),
-        ("grad_out requiring grad", torch.ones_like(x, requires_grad=True)),
-    ]:
+    for grad_out in GRAD_OUTS:
+        expected = second_derivative(native, x, grad_out)
+        label = f"grad_out {grad_out}:"
         try:
-            second = second_derivative(fn, grad_out)
+            got = second_derivative(fn, x, grad_out)
         except RuntimeError as error:
-            print(f"{label:24} LOUD ERROR      RuntimeError: {error}")
+            print(f"{label:32} LOUD ERROR      RuntimeError: {error}")
             continue
-        verdict = "correct" if torch.allclose(second, expected) else "SILENTLY WRONG"
-        got, want = second.numpy().round(4), expected.numpy().round(4)
-        print(f"{label:24} {verdict:15} d2y/dx2 = {got}, expected {want}")
+        verdict = "correct" if torch.allclose(got, expected) else "SILENTLY WRONG"
+        got, expected = got.numpy().round(3), expected.numpy().round(3)
+        print(f"{label:32} {verdict:15} {got}, native {expected}")
     print(
         "check() names:",
         ", ".join(sorted(check(fn, x).problem_names())) or "no problem",
@@ -66,8 +60,10 @@ symptom(SinhBad.apply, torch.sinh)
 
 # %%
 # **Why:** forward runs in no-grad mode, so the intermediates have no history; ``grad_x`` is
-# built from them and from ``grad_out`` only. **Fix:** return them as extra outputs and save
-# them with ``save_for_backward``: :doc:`plot_03_saving_intermediates`.
+# built from them and from ``grad_out`` only. When ``grad_out`` depends on ``x``, its path is
+# the only one left: the term through :math:`\cosh x` is lost, and the answer is
+# :math:`\cosh^2 x` instead of :math:`\cosh 2x`, with no error. **Fix:** return them as extra
+# outputs and save them with ``save_for_backward``: :doc:`plot_03_saving_intermediates`.
 #
 # 2. ``save_for_backward`` on an intermediate that is not an output
 # -----------------------------------------------------------------
@@ -135,7 +131,25 @@ symptom(SquareDetachesInBackward.apply, lambda t: t**2)
 # **Why:** ``x.detach()`` is a tensor without history: it cuts the path from ``grad_x`` to
 # ``x``. **Fix:** use the saved tensor as it is: :doc:`plot_01_saving_inputs`.
 #
-# 6. The old style under ``torch.func``
+# 6. ``@once_differentiable``, asked with ``torch.autograd.grad``
+# ----------------------------------------------------------------
+# .. literalinclude:: /../src/double_backward/functions/failures.py
+#    :pyobject: SquareOnceDifferentiable
+#
+# The decorator is meant to make the second derivative fail loudly. With
+# :func:`torch.autograd.grad` it does not:
+from double_backward.functions.failures import SquareOnceDifferentiable
+
+symptom(SquareOnceDifferentiable.apply, lambda t: t**2)
+
+# %%
+# **Why:** the decorator's error node hangs off a detached copy of the result, not off ``x``:
+# only a second ``.backward()``, which runs every node, reaches it. ``grad`` with respect to
+# ``x`` never does. **Fix:** write a differentiable backward; where you cannot, check that the
+# second derivative raises in the way your code takes it (:doc:`plot_08_higher_orders` shows
+# both ways).
+#
+# 7. The old style under ``torch.func``
 # -------------------------------------
 # A correct Function in the tutorial's ``forward(ctx, x)`` style, asked for a Hessian by
 # :func:`torch.func.hessian`:
@@ -150,10 +164,55 @@ except RuntimeError as error:
 # **Why:** :mod:`torch.func` needs ``ctx`` to be filled outside ``forward``. **Fix:** the
 # ``setup_context`` style, plus ``jvp`` for forward mode: :doc:`plot_06_modern_api`.
 #
+# 8. A built-in op without double backward
+# -----------------------------------------
+# Not every PyTorch operation has a differentiable backward. On CPU,
+# ``torch.nn.functional.scaled_dot_product_attention`` (and so every
+# ``torch.nn.TransformerEncoderLayer``) runs a fused kernel whose backward has no
+# derivative of its own: first order works, the second raises.
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+query = torch.randn(1, 2, 4, 8, dtype=torch.float64, requires_grad=True)
+attention = F.scaled_dot_product_attention(query, query, query)
+(grad_query,) = torch.autograd.grad(attention.sum(), query, create_graph=True)
+print(f"first order: grad_query.grad_fn = {type(grad_query.grad_fn).__name__}")
+try:
+    torch.autograd.grad(grad_query.sum(), query)
+except RuntimeError as error:
+    print(f"LOUD ERROR  RuntimeError: {error}")
+
+# %%
+# **Why:** the fused CPU kernel's backward is a single op with no derivative formula.
+# **Fix:** where you need the second derivative, write attention with differentiable ops, or
+# select PyTorch's composite "math" kernel; both pass
+# :func:`~torch.autograd.gradgradcheck`, and they agree:
+import math
+
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def attention_by_hand(t):
+    scores = t @ t.transpose(-2, -1) / math.sqrt(t.shape[-1])
+    return torch.softmax(scores, dim=-1) @ t
+
+
+def math_kernel_attention(t):
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(t, t, t)
+
+
+for fix in (attention_by_hand, math_kernel_attention):
+    print(f"gradgradcheck({fix.__name__}) passed: {gradgradcheck(fix, (query,))}")
+same = torch.allclose(attention_by_hand(query), math_kernel_attention(query))
+print(f"same attention: {same}")
+
+# %%
 # What the checker says
 # ---------------------
 # The checker runs all of the above on your Function and explains each problem it finds, with
-# a link to the fix. Here is its full report on pattern 4, the silent one:
+# a link to the fix. Here is its full report on pattern 4, silent even with a plain incoming
+# gradient:
 print(check(sinh_drops_extra_grads, x))
 
 # %%

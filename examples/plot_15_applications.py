@@ -167,5 +167,5 @@ for name, mine, theirs in zip("awc", ours, native, strict=True):
 # --------
 # Each application is ordinary PyTorch code that happens to differentiate a gradient; a custom
 # Function in it must support double backward, or the result is an error or, worse, silently
-# wrong (:doc:`plot_13_failure_gallery`). Back to the overview:
-# :doc:`/index`.
+# wrong (:doc:`plot_13_failure_gallery`). Next, how to check yours:
+# :doc:`plot_16_check_your_function`.

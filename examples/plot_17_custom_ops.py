@@ -3,10 +3,13 @@ Code outside PyTorch, the modern way: custom operators
 ======================================================
 
 The tutorial wraps a NumPy backward in a second :class:`torch.autograd.Function`
-(:doc:`plot_04_untracked_backward`). Since PyTorch 2.4 the recommended wrapper for code PyTorch
-cannot see (NumPy, SciPy, a C++ or CUDA kernel) is :func:`torch.library.custom_op`: an operator
-with a schema, whose derivative is registered with ``register_autograd``. Double backward needs
-the same idea as before: the backward must itself be an operator with its own autograd.
+(:doc:`plot_04_untracked_backward`). Since PyTorch 2.4, PyTorch recommends
+:func:`torch.library.custom_op` for Python code it cannot see (NumPy, SciPy): an operator with
+a schema, whose derivative is registered with ``register_autograd``. (For a C++ or CUDA kernel
+it recommends registering the operator from C++ with ``TORCH_LIBRARY``;
+:doc:`plot_18_cpp_extension` takes the C++ route with a ``torch::autograd::Function``.)
+Double backward needs the same idea as before: the backward must itself be an operator with
+its own autograd.
 
 This page builds :math:`y = x^3` as two NumPy operators, checks them to the third order and with
 :func:`torch.library.opcheck`, breaks the pattern on purpose, and compares, in one run, what the
@@ -134,10 +137,11 @@ print(f"exported graph calls: {calls}")
 # %%
 # What they give: ``torch.compile`` without a graph break
 # -------------------------------------------------------
-# With ``fullgraph=True`` a graph break is an error. Dynamo cannot trace the NumPy call inside the
-# tutorial's ``Cube`` (its backward runs NumPy), so without ``fullgraph`` it falls back to eager
-# for that call; the operator is opaque to it and compiles. (``aot_eager`` keeps this page's
-# build fast.)
+# With ``fullgraph=True`` a graph break is an error. Dynamo traces plain NumPy arithmetic, but
+# not the ``np.errstate`` block in the tutorial's ``Cube`` backward (:doc:`plot_19_torch_compile`
+# shows which NumPy breaks it), so without ``fullgraph`` it falls back to eager for that call.
+# The operator is opaque to Dynamo, whatever its Python does, and compiles. (``aot_eager``
+# keeps this page's build fast.)
 for name, fn in [("cube operator", cube), ("Cube Function", Cube.apply)]:
     torch._dynamo.reset()
     compiled = torch.compile(fn, backend="aot_eager", fullgraph=True)
@@ -176,33 +180,22 @@ print(
 )
 
 # %%
-# What they cost: per-call overhead, measured here
-# ------------------------------------------------
+# What they cost: per-call overhead
+# ---------------------------------
 # Each call to a custom operator goes through the dispatcher (schema check, autograd key, Python
-# kernel) before NumPy runs. Timed side by side on a 100-element float64 tensor, best of three
-# runs. The exact microseconds depend on the machine; so that this page rebuilds byte for byte,
-# it prints whether the ratios clear fixed thresholds, far from the ratios measured on the
-# project's machine (see the README).
-import timeit
+# kernel) before NumPy runs. Timed by ``benchmarks/call_overhead.py`` on a 100-element float64
+# tensor, on the machine the project measures on; the page prints that committed run, since a
+# timing taken while the site builds would change from build to build.
+from double_backward.costs import load_measurements
 
-t = torch.randn(100, dtype=torch.float64, requires_grad=True)
-
-
-def per_call(fn, number=300):
-    return min(timeit.repeat(fn, number=number, repeat=3)) / number
-
-
-def forward_backward(fn):
-    return lambda: torch.autograd.grad(fn(t).sum(), t)
-
-
-PAIR = {"Cube Function": Cube.apply, "cube operator": cube}
-forward = {name: per_call(lambda f=f: f(t)) for name, f in PAIR.items()}
-both = {name: per_call(forward_backward(f)) for name, f in PAIR.items()}
-ratio_forward = forward["cube operator"] / forward["Cube Function"]
-ratio_both = both["cube operator"] / both["Cube Function"]
-print(f"forward:            operator / Function above 2x: {ratio_forward > 2}")
-print(f"forward + backward: operator / Function above 1x: {ratio_both > 1}")
+overhead = load_measurements("call_overhead")
+machine = overhead["machine"]
+print(f"measured {overhead['date']}: {machine['cores']} CPUs, torch {machine['torch']}, "
+      f"load average {machine['load_average_start'][0]}")  # fmt: skip
+for kind, row in overhead["calls"].items():
+    print(f"{kind:17} Cube Function {row['Cube Function us']:6.1f} us, "
+          f"cube operator {row['cube operator us']:6.1f} us "
+          f"(operator / Function: {row['operator / Function']:.2f})")  # fmt: skip
 
 # %%
 # Takeaway
@@ -211,4 +204,4 @@ print(f"forward + backward: operator / Function above 1x: {ratio_both > 1}")
 # break, be exported, or be traced with fake tensors; give its backward an operator with its own
 # ``register_autograd``, and double and higher backward work as with ``CubeBackward``. Keep a
 # ``setup_context`` Function when you need :mod:`torch.func` or forward mode, and check which is
-# which in the :doc:`/compatibility`. Next: :doc:`plot_19_torch_compile`.
+# which in the :doc:`/compatibility`. Next, the same pattern in C++: :doc:`plot_18_cpp_extension`.

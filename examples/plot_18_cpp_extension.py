@@ -31,17 +31,13 @@ Function, so second and third derivatives work. Building them needs a C++ compil
 # :func:`torch.utils.cpp_extension.load` the first time it runs on a machine, into a cache
 # outside the site (``~/.cache/double_backward``, or ``$DOUBLE_BACKWARD_CACHE_DIR``), keyed by
 # the source, the torch version and the Python ABI. Later runs, like this page's rebuilds and the
-# test suite, import the compiled library from there. The time is rounded up to whole seconds.
-import math
-
+# test suite, import the compiled library from there. (Whether this build compiled it or found
+# it cached is left unsaid, so that the page reads the same either way.)
 from double_backward.functions.cpp_extension import load_extension
 
 build = load_extension()
-seconds = max(1, math.ceil(build.seconds))
-if build.from_cache:
-    print(f"loaded from the cache (compiled earlier) in under {seconds} s")
-else:
-    print(f"compiled now with the C++ compiler and ninja in {seconds} s, and cached")
+exported = sorted(name for name in dir(build.module) if not name.startswith("_"))
+print(f"the extension exports: {', '.join(exported)}")
 
 # %%
 # Version 1: backward calls the kernel (broken for double backward)
@@ -127,8 +123,8 @@ grad_x_graph = autograd_graph(
 grad_x_graph
 
 # %%
-# Checking it numerically
-# -----------------------
+# gradcheck and gradgradcheck
+# ---------------------------
 # :func:`~torch.autograd.gradcheck` passes for both versions: their first derivatives are right.
 # :func:`~torch.autograd.gradgradcheck` passes for ``cube`` and for ``cube_backward`` in each of
 # its two inputs, and fails for ``cube_untracked``.
@@ -184,3 +180,4 @@ except RuntimeError as error:
 # Function's ``apply`` from the outer backward: then second, third and higher derivatives work,
 # in C++ as in Python (:doc:`plot_04_untracked_backward`). Check both orders with
 # :func:`~torch.autograd.gradgradcheck` or :func:`double_backward.check`, as for any Function.
+# Next, compiling: :doc:`plot_19_torch_compile`.

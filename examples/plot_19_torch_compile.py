@@ -18,10 +18,8 @@ raised the same double-backward error (measured outside this page; the README ha
 # Which Functions compile?
 # ------------------------
 # ``fullgraph=True`` turns a graph break into an error, so each line says whether Dynamo traced
-# the Function into one graph. Each compile is timed (with ``torch._dynamo.reset()`` before it,
-# so nothing is reused).
-import time
-
+# the Function into one graph (with ``torch._dynamo.reset()`` before each, so nothing is
+# reused).
 import torch
 
 from double_backward import Cube, Exp, Square, sinh
@@ -39,36 +37,82 @@ FUNCTIONS = {
     "cube custom operator": cube,
 }
 x = torch.tensor([-1.5, 0.5, 2.0], dtype=torch.float64, requires_grad=True)
-compile_seconds = {}
 for name, fn in FUNCTIONS.items():
     torch._dynamo.reset()
-    started = time.perf_counter()
     try:
         torch.compile(fn, backend="aot_eager", fullgraph=True)(x)
         verdict = "compiles into one graph"
     except Exception as error:
-        verdict = f"{type(error).__name__}: {str(error).splitlines()[0]}"
-    compile_seconds[name] = time.perf_counter() - started
+        lines = str(error).splitlines()
+        reason = next((line.strip() for line in lines if "Explanation:" in line), "")
+        verdict = f"{type(error).__name__}: {lines[0]}\n{'':23}{reason}"
     print(f"{name:22} {verdict}")
 
 # %%
-# Functions whose forward and backward are torch operations compile. Dynamo cannot trace NumPy
-# (the tutorial's ``Cube``) or a ``jvp`` staticmethod (the ``setup_context`` Functions of
-# :doc:`plot_06_modern_api`); without ``fullgraph=True`` those run eagerly at a graph break,
-# as the :doc:`/compatibility` shows. A custom operator is opaque and compiles
+# What breaks the graph
+# ---------------------
+# Dynamo refuses a ``jvp`` staticmethod (the ``setup_context`` Functions of
+# :doc:`plot_06_modern_api`). NumPy itself is not the problem: Dynamo traces NumPy arithmetic
+# through ``torch._numpy``. What stops it in the tutorial's ``Cube`` is the
+# ``np.errstate`` block that its NumPy backward uses to keep NumPy's overflow warning quiet:
+import numpy as np
+
+
+def numpy_arithmetic(t):
+    return torch.from_numpy(3 * t.numpy() ** 2)
+
+
+def numpy_with_errstate(t):
+    with np.errstate(over="ignore"):
+        return torch.from_numpy(3 * t.numpy() ** 2)
+
+
+for fn in (numpy_arithmetic, numpy_with_errstate):
+    torch._dynamo.reset()
+    try:
+        result = torch.compile(fn, backend="aot_eager", fullgraph=True)(x.detach())
+        print(f"{fn.__name__:20} compiles: {result.tolist()}")
+    except Exception as error:
+        print(f"{fn.__name__:20} {type(error).__name__}: {str(error).splitlines()[0]}")
+
+# %%
+# Without ``fullgraph=True`` the Functions that break the graph run eagerly there, as the
+# :doc:`/compatibility` shows. A custom operator is opaque and compiles
 # (:doc:`plot_17_custom_ops`).
 #
+# Compiled, ``sinh`` gets zeros where eager gets ``None``
+# -------------------------------------------------------
+# ``sinh`` compiles into one graph, but not with the same backward. The package's ``Sinh``
+# calls ``ctx.set_materialize_grads(False)`` so that the extra outputs nobody used send
+# ``None`` to backward, not zeros (:doc:`plot_03_saving_intermediates`). The compiled backward
+# materialises the zeros anyway, and where :math:`e^x` overflows, :math:`0 \cdot \infty`
+# turns the gradient into ``nan``. In float32:
+x32 = torch.tensor([1.0, 89.0, 100.0], requires_grad=True)
+torch._dynamo.reset()
+compiled_sinh = torch.compile(sinh, backend="aot_eager")
+for label, fn in [("eager sinh", sinh), ("compiled sinh", compiled_sinh),
+                  ("torch.sinh", torch.sinh)]:  # fmt: skip
+    (grad_x32,) = torch.autograd.grad(fn(x32).sum(), x32)
+    print(f"{label:14} dy/dx at 1, 89, 100: {grad_x32.tolist()}")
+
+# %%
 # The compile time
 # ----------------
-# Measured above, on whatever machine builds this page. The exact seconds vary from build to
-# build, so the page prints how they compare with one eager call; the README has the figures
-# measured on the project's machine.
-import timeit
+# A compile costs far more than a call. Timed on the machine the project measures on (a timing
+# taken while the site builds would change from build to build), by
+# ``benchmarks/call_overhead.py``: ``Square`` compiled with ``aot_eager`` and run forward and
+# backward, after ``torch._dynamo.reset()``, against one eager call.
+from double_backward.costs import load_measurements
 
-eager_call = min(timeit.repeat(lambda: Square.apply(x), number=200, repeat=3)) / 200
-fastest, slowest = min(compile_seconds.values()), max(compile_seconds.values())
-print(f"each compile took over 1000 eager calls: {fastest > 1000 * eager_call}")
-print(f"each compile took under a minute:        {slowest < 60}")
+overhead = load_measurements("call_overhead")
+compile_time = overhead["compile Square (aot_eager)"]
+machine = overhead["machine"]
+print(f"measured {overhead['date']}: {machine['cores']} CPUs, torch {machine['torch']}, "
+      f"load average {machine['load_average_start'][0]}")  # fmt: skip
+print(f"first compile in the process: {compile_time['first in the process s']:.2f} s")
+print(f"later compiles, after reset:  {compile_time['after reset, best s']:.2f} to "
+      f"{compile_time['after reset, worst s']:.2f} s")  # fmt: skip
+print(f"one eager call:               {compile_time['eager call us']:.1f} us")
 
 # %%
 # First-order backward under compile
@@ -141,4 +185,5 @@ print(f"Hv for Cube, eager: {hvp.tolist()}  (6x = {(6 * x).tolist()})")
 # ``torch.compile`` handles forward and first-order backward, including ``create_graph=True``,
 # but not a second backward through the compiled region. Compile what needs one derivative,
 # keep in eager mode what needs two, and check where your Functions stand in the
-# :doc:`/compatibility`. Wrapping outside code for compile: :doc:`plot_17_custom_ops`.
+# :doc:`/compatibility`. Wrapping outside code for compile: :doc:`plot_17_custom_ops`. Next,
+# what each way of writing a Function costs: :doc:`plot_20_costs`.

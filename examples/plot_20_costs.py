@@ -170,33 +170,16 @@ for case in CASES:
 # %%
 # Why ``Square`` beats ``x**2``
 # -----------------------------
-# :func:`~double_backward.costs.aten_ops` lists the kernels a step runs. ``x**2`` is
-# :func:`torch.pow`, whose derivative formula is written for any exponent,
+# :func:`~double_backward.costs.backward_ops` lists the kernels each backward runs.
+# ``x**2`` is :func:`torch.pow`, whose derivative formula is written for any exponent,
 # ``grad · 2 · x.pow(1)``: its double backward differentiates a ``pow`` again. ``Square``'s
 # backward is ``grad_out * 2 * x``, two multiplications whose own derivative is one more.
-import textwrap
-
 from double_backward import Square
-from double_backward.costs import aten_ops
-
-
-def backward_ops(fn, x):
-    """The kernels of the create_graph backward, then of the backward of that."""
-    x = x.detach().requires_grad_()
-    y = fn(x)
-    grads = []
-    first = aten_ops(
-        lambda: grads.append(
-            torch.autograd.grad(y, x, torch.ones_like(y), create_graph=True)[0]
-        )
-    )
-    second = aten_ops(lambda: torch.autograd.grad(grads[0], x, torch.ones_like(x)))
-    return first, second  # fmt: skip
+from double_backward.costs import aten_ops, backward_ops, ops_listing
 
 
 def show_ops(label, ops):
-    print(textwrap.fill(" ".join(ops), 80, initial_indent=f"{label:<32}",
-                        subsequent_indent=" " * 32))  # fmt: skip
+    print(ops_listing(label, ops))
 
 
 for name, fn in (("Square", Square.apply), ("x**2", lambda t: t**2)):
@@ -236,7 +219,8 @@ for name in ("Cube (NumPy backward)", "Cube (setup_context)"):
 # :class:`~double_backward.functions.sinh_variants.SinhTutorial` is the tutorial's form: it
 # returns :math:`e^{x}` and :math:`e^{-x}` as extra outputs but leaves
 # ``set_materialize_grads`` at its default, so autograd hands backward a tensor of zeros for
-# each extra output nobody used, and backward multiplies them in.
+# each extra output nobody used, and backward multiplies them in. (Under ``torch.compile``
+# the package's ``Sinh`` gets zeros too: :doc:`plot_19_torch_compile`.)
 #
 # .. literalinclude:: /../src/double_backward/functions/sinh_variants.py
 #    :pyobject: SinhTutorial
@@ -465,7 +449,8 @@ plt.show()
 # A custom Function can be as fast as the native op, or faster when its backward is simpler
 # than the general formula (``Square``). Saving an input or an output costs no extra memory;
 # returning intermediates as extra outputs costs one tensor each, and
-# ``set_materialize_grads(False)`` keeps them from costing zeros, time and ``nan`` as well.
+# ``set_materialize_grads(False)`` keeps them from costing zeros, time and ``nan`` as well, in
+# eager mode (``torch.compile`` materialises the zeros: :doc:`plot_19_torch_compile`).
 # Recompute when memory is the limit. To check that your own Function differentiates twice,
-# see :doc:`plot_13_failure_gallery`; the rules behind every case are in
+# see :doc:`plot_16_check_your_function`; the rules behind every case are in
 # :doc:`plot_00_grad_mode_rules`.

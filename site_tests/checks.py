@@ -211,6 +211,27 @@ def tree_differences(first: Path, second: Path) -> list[str]:
     return sorted(differences)
 
 
+# Calls that read a clock: a page that prints what they measure differs from build to build.
+LIVE_TIMING = re.compile(
+    r"\b(?:time\.(?:time|perf_counter|monotonic|process_time)(?:_ns)?|timeit)\b"
+)
+
+
+def live_timing_problems(examples: Path) -> list[str]:
+    """Example scripts that time something while the site builds.
+
+    A timing taken at build time depends on the machine and its load, so a page that prints
+    it, or a verdict drawn from it, can differ between two builds however often they are
+    compared on a quiet machine. Timings come from committed measurements instead.
+    """
+    return [
+        f"{script.name}:{number}: reads a clock at build time: {line.strip()}"
+        for script in sorted(examples.glob("plot_*.py"))
+        for number, line in enumerate(script.read_text().splitlines(), start=1)
+        if LIVE_TIMING.search(line) and not line.lstrip().startswith("#")
+    ]
+
+
 def script_problems(
     python: Path,
     scripts: list[Path],

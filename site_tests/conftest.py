@@ -192,8 +192,11 @@ def reader_site(
     )
     url = f"http://127.0.0.1:{server.server_address[1]}"
     env = {**os.environ, "SOURCE_DATE_EPOCH": "1767225600"}
-    for name in ("first", "second"):
+    # The second build starts with an empty C++ build cache, so a page that printed whether
+    # the extension was compiled now or loaded from the cache would differ.
+    second_env = {**env, "DOUBLE_BACKWARD_CACHE_DIR": str(root / "empty-cache")}
+    for name, build_env in (("first", env), ("second", second_env)):
         tree = copy_sources(root / name)
-        build_html(tree, "html", "-D", f"html_baseurl={url}/", env=env)
+        build_html(tree, "html", "-D", f"html_baseurl={url}/", env=build_env)
     for base_url in serve(first, server):
         yield ReaderSite(first, root / "second" / "html", base_url, reader)

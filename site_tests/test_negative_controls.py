@@ -14,6 +14,7 @@ from .checks import (
     download_problems,
     html_validation_problems,
     link_problems,
+    live_timing_problems,
     notebook_problems,
     script_problems,
     search_results,
@@ -102,6 +103,17 @@ def test_html_check_catches_a_duplicate_id(broken_site):
 def test_reproducibility_check_catches_a_changed_file(broken_site, site):
     (broken_site / "index.html").write_text("changed")
     assert tree_differences(site, broken_site) == ["differs: index.html"]
+
+
+def test_live_timing_check_catches_a_page_that_times_at_build_time(tmp_path):
+    (tmp_path / "plot_99_timed.py").write_text(
+        "import timeit\n"
+        "# time.perf_counter() in a comment is fine\n"
+        "ratio = timeit.timeit(lambda: None) / 1e-7\n"
+        "started = time.perf_counter()\n"
+    )
+    problems = live_timing_problems(tmp_path)
+    assert [p.split(":")[1] for p in problems] == ["1", "3", "4"], problems
 
 
 def test_script_check_catches_a_failing_script(tmp_path):

@@ -18,10 +18,12 @@ from double_backward.costs import (
     NEW,
     OUTPUT,
     aten_ops,
+    backward_ops,
     double_backward,
     forward_backward,
     held_memory,
     load_measurements,
+    ops_listing,
     peak_memory,
     saved_tensors,
 )
@@ -174,3 +176,29 @@ def test_held_memory_counts_the_saved_intermediate_a_graph_keeps():
 def test_held_memory_refuses_what_is_not_callable():
     with pytest.raises(TypeError, match="'step' must be callable"):
         held_memory(torch.empty(3))
+def test_the_committed_call_overhead_measurements_say_what_the_pages_print():
+    measurements = load_measurements("call_overhead")
+    assert {"cpu", "cores", "torch", "load_average_start"} <= set(measurements["machine"])
+    for kind in ("forward", "forward_backward"):
+        row = measurements["calls"][kind]
+        assert row["cube operator us"] > 0 and row["Cube Function us"] > 0
+        assert row["operator / Function"] > 0
+    compile_row = measurements["compile Square (aot_eager)"]
+    assert compile_row["after reset, best s"] <= compile_row["after reset, worst s"]
+    assert compile_row["eager call us"] > 0
+
+
+def test_backward_ops_of_a_native_square_are_the_kernels_of_its_derivative_formula():
+    # x**2 is pow: its backward formula is grad · 2 · x.pow(1), so the first backward runs a
+    # pow and the second backward differentiates it again (a pow among its kernels).
+    first, second = backward_ops(lambda t: t**2, torch.randn(3))
+    assert "pow" in first and "mul" in first
+    assert "pow" in second
+
+
+def test_ops_listing_never_runs_a_long_label_into_the_ops():
+    short = ops_listing("Square, first backward", ["ones_like", "mul"], indent=32)
+    assert short == f"{'Square, first backward':<32}ones_like mul"
+    long_label = "setup_context Cube, second backward"
+    listing = ops_listing(long_label, ["ones_like", "mul"], indent=32)
+    assert listing.splitlines() == [long_label, " " * 32 + "ones_like mul"]

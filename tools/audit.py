@@ -1,8 +1,11 @@
 """Lighthouse scores of the built site, as a report (run by `nox -s audit` after `nox -s docs`).
 
 Serves docs/_build/html on 127.0.0.1 the way static hosts do (gzip, cache headers), runs
-Lighthouse (npm, mobile preset) in Debian's Chromium on the index and every example page, and
-prints the four category scores per page.
+Lighthouse (npm, mobile preset) in Debian's Chromium on every page of the site (the index, the
+examples, the error index, the compatibility matrix, the API reference) but the search page,
+and prints the four category scores per page. The search page is left out: Sphinx marks it
+``noindex`` on purpose (a results page has nothing to index), which Lighthouse's SEO category
+counts against it.
 Scores are a report, not a gate: the command fails only when Lighthouse itself fails.
 """
 
@@ -78,11 +81,8 @@ def main() -> None:
     args = parser.parse_args()
     if not (args.site / "index.html").is_file():
         sys.exit(f"no built site at {args.site}: run `nox -s docs` first")
-    examples = sorted(args.site.glob("auto_examples/plot_*.html"))
-    pages = [
-        "index.html",
-        *(page.relative_to(args.site).as_posix() for page in examples),
-    ]
+    pages = sorted(page.relative_to(args.site).as_posix()
+                   for page in args.site.rglob("*.html") if page.name != "search.html")  # fmt: skip
 
     handler = functools.partial(StaticHostHandler, directory=str(args.site))
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)

@@ -16,6 +16,7 @@ torch only: nothing here needs NumPy or matplotlib.
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -180,6 +181,37 @@ def aten_ops(step: Callable[[], Any]) -> list[str]:
     return log.names
 
 
+def backward_ops(
+    fn: Callable[[torch.Tensor], Any], x: torch.Tensor
+) -> tuple[list[str], list[str]]:
+    """The ATen operators of the ``create_graph=True`` backward of ``fn`` at ``x``, then of
+    the backward of that (both with incoming gradients of ones)."""
+    x = x.detach().requires_grad_()
+    y = fn(x)
+    grads: list[torch.Tensor] = []
+
+    def first_backward() -> None:
+        grads.append(torch.autograd.grad(y, x, torch.ones_like(y), create_graph=True)[0])
+
+    first = aten_ops(first_backward)
+    second = aten_ops(lambda: torch.autograd.grad(grads[0], x, torch.ones_like(x)))
+    return first, second
+
+
+def ops_listing(label: str, ops: list[str], width: int = 80, indent: int = 32) -> str:
+    """``label`` then ``ops``, wrapped to ``width`` with the ops indented by ``indent``.
+
+    A label too long for its column gets a line of its own, so it never runs into the ops.
+    """
+    lines = textwrap.wrap(" ".join(ops), width - indent) or [""]
+    padded = [" " * indent + line for line in lines]
+    if len(label) < indent:
+        padded[0] = label.ljust(indent) + lines[0]
+    else:
+        padded.insert(0, label)
+    return "\n".join(padded)
+
+
 def peak_memory(step: Callable[[], Any], device: str | torch.device = "cpu") -> int:
     """Bytes allocated at the peak of ``step()``, above what was allocated when it began.
 
@@ -329,16 +361,23 @@ CASES: tuple[Case, ...] = (
 )  # fmt: skip
 
 
-def load_measurements(name: str = "functions") -> dict[str, Any]:
-    """The benchmark's committed results (``measurements/<name>.json`` in the package).
+# The committed benchmark results in measurements/, by name.
+MEASUREMENTS = ("functions", "attention", "call_overhead", "softmax_layer_norm")
 
-    ``"functions"``: the Functions of the package against their native ops;
-    ``"attention"``: :func:`double_backward.ops.scaled_dot_product_attention` against torch's
-    MATH backend.
+
+def load_measurements(name: str = "functions") -> dict[str, Any]:
+    """A benchmark's committed results, ``measurements/<name>.json`` in the package.
+
+    ``"functions"``: the Functions of the package against their native ops
+    (``benchmarks/functions.py``); ``"attention"``:
+    :func:`double_backward.ops.scaled_dot_product_attention` against torch's MATH backend
+    (the same script); ``"call_overhead"``: a custom operator's call against a Function's
+    (``benchmarks/call_overhead.py``); ``"softmax_layer_norm"``: the softmax and LayerNorm
+    Functions (``benchmarks/softmax_layer_norm.py``).
     """
-    if name not in ("functions", "attention"):
+    if name not in MEASUREMENTS:
         raise ValueError(
-            f"load_measurements: name must be 'functions' or 'attention', got {name!r}"
+            f"load_measurements: name must be one of {sorted(MEASUREMENTS)}, got {name!r}"
         )
     text = resources.files(__package__).joinpath("measurements", f"{name}.json")
     return json.loads(text.read_text(encoding="utf-8"))

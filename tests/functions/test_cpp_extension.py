@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 import torch
@@ -263,3 +264,30 @@ def test_cxx_naming_an_executable_is_accepted(monkeypatch):
     # torch runs $CXX as given; any executable path passes the check (sys.executable here).
     monkeypatch.setenv("CXX", sys.executable)
     assert cpp_extension._compiler_problem() is None
+
+
+def test_compiling_after_distutils_was_imported_prints_no_setuptools_warning(tmp_path):
+    # The pages import torchviz (which imports distutils) before building the extension;
+    # setuptools' shim then warns, but only in a process that compiles, so a page built with
+    # an empty cache would read differently from one built with a full cache. The compile is
+    # made to fail fast (a missing source) after the imports that warn.
+    script = tmp_path / "probe.py"
+    script.write_text(textwrap.dedent(f"""
+        import warnings
+        from pathlib import Path
+        import double_backward.graph  # torchviz: distutils first, as on the pages
+        from double_backward.functions import cpp_extension
+        cpp_extension.SOURCE = Path({str(tmp_path / "missing.cpp")!r})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                cpp_extension._compile(Path({str(tmp_path / "build")!r}), "probe")
+            except FileNotFoundError:
+                pass
+        print([str(w.message) for w in caught if "istutils" in str(w.message)])
+    """))  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -7,6 +7,7 @@ import torch
 from torch.autograd import gradcheck, gradgradcheck
 from torch.autograd.gradcheck import GradcheckError
 
+from double_backward import SinhBad
 from double_backward.functions import failures, setup_context_style
 
 BROKEN_SECOND_ORDER = [
@@ -77,3 +78,93 @@ def test_a_function_without_jvp_works_in_reverse_mode_but_not_in_forward_mode():
     torch.testing.assert_close(torch.func.jacrev(square)(x), torch.diag(2 * x))
     with pytest.raises(NotImplementedError, match="must implement the jvp function"):
         torch.func.hessian(lambda t: square(t).sum())(x)
+
+
+# -- how readers meet the failures: second_derivative --------------------------------------
+# Expected values come from native autograd (the Hessian of the same loss written with torch
+# ops) and from the derivative by hand, never from second_derivative itself.
+def native_hessian_diagonal(loss, x):
+    return torch.autograd.functional.hessian(loss, x.detach()).diagonal()
+
+
+def test_second_derivative_of_a_native_op_matches_the_hessian_of_each_loss(x):
+    ones = native_hessian_diagonal(lambda t: torch.sinh(t).sum(), x)
+    composed = native_hessian_diagonal(lambda t: (torch.sinh(t) ** 2).sum() / 2, x)
+    torch.testing.assert_close(failures.second_derivative(torch.sinh, x, "ones"), ones)
+    torch.testing.assert_close(
+        failures.second_derivative(torch.sinh, x, "ones requiring grad"), ones
+    )
+    torch.testing.assert_close(
+        failures.second_derivative(torch.sinh, x, "depends on x"), composed
+    )
+    # By hand: d²/dx² of ½ sinh² x = cosh 2x.
+    torch.testing.assert_close(composed, torch.cosh(2 * x.detach()))
+
+
+def test_second_derivative_refuses_an_unknown_incoming_gradient(x):
+    with pytest.raises(ValueError, match="grad_out must be one of"):
+        failures.second_derivative(torch.sinh, x, "zeros")
+
+
+SINH_LIKE_BROKEN = [
+    pytest.param(SinhBad.apply, id="sinh-bad"),
+    *BROKEN_SECOND_ORDER[:3],
+]
+
+
+@pytest.mark.parametrize("fn", SINH_LIKE_BROKEN)
+def test_a_broken_sinh_is_silently_wrong_when_grad_out_depends_on_x(fn, x):
+    # grad_out = sinh x carries the only path back to x: the cosh x term is lost, so
+    # d²/dx² of ½ sinh² x comes out as cosh² x (by hand) instead of cosh 2x, with no error.
+    native = native_hessian_diagonal(lambda t: (torch.sinh(t) ** 2).sum() / 2, x)
+    second = failures.second_derivative(fn, x, "depends on x")
+    torch.testing.assert_close(second, torch.cosh(x.detach()) ** 2)
+    assert not torch.allclose(second, native)
+    assert (second != 0).all()
+
+
+def test_detaching_in_backward_is_silently_wrong_when_grad_out_depends_on_x(x):
+    # d²/dx² of ½ x⁴ is 6x²; the detached x keeps only the term through grad_out, 4x².
+    native = native_hessian_diagonal(lambda t: ((t**2) ** 2).sum() / 2, x)
+    second = failures.second_derivative(failures.SquareDetachesInBackward.apply, x,
+                                        "depends on x")  # fmt: skip
+    torch.testing.assert_close(second, 4 * x.detach() ** 2)
+    assert not torch.allclose(second, native)
+
+
+@pytest.mark.parametrize(
+    "fn", [SinhBad.apply, *(p.values[0] for p in BROKEN_SECOND_ORDER)]
+)
+def test_gradgradcheck_catches_every_broken_function(fn, x):
+    with pytest.raises(GradcheckError):
+        gradgradcheck(fn, (x,))
+
+
+def test_once_differentiable_is_silent_when_other_terms_reach_x(x):
+    def loss(t):
+        return failures.SquareOnceDifferentiable.apply(t).sum() + (t**3).sum()
+
+    native = native_hessian_diagonal(lambda t: (t**2).sum() + (t**3).sum(), x)
+    torch.testing.assert_close(native, 2 + 6 * x.detach())  # by hand
+    (grad_x,) = torch.autograd.grad(loss(x), x, create_graph=True)
+    (by_grad,) = torch.autograd.grad(grad_x.sum(), x, retain_graph=True)
+    x.grad = None
+    grad_x.sum().backward()
+    for second in (by_grad, x.grad):  # both without an error, both missing the 2
+        torch.testing.assert_close(second, 6 * x.detach())
+        assert not torch.allclose(second, native)
+
+
+def test_once_differentiable_is_loud_on_backward_when_grad_out_depends_on_x(x):
+    loss = (failures.SquareOnceDifferentiable.apply(x) ** 2).sum() / 2
+    (grad_x,) = torch.autograd.grad(loss, x, create_graph=True)
+    with pytest.raises(RuntimeError, match="marked with @once_differentiable"):
+        grad_x.sum().backward()
+
+
+def test_hessian_needs_a_jvp_on_the_function_backward_calls_too(x):
+    x = x.detach()
+    with pytest.raises(AssertionError, match="flat_bdims must not be None"):
+        torch.func.hessian(lambda t: failures.CubeJvpOnOuterOnly.apply(t).sum())(x)
+    fixed = torch.func.hessian(lambda t: setup_context_style.Cube.apply(t).sum())(x)
+    torch.testing.assert_close(fixed, torch.diag(6 * x))

@@ -30,6 +30,7 @@ import platform
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 from types import ModuleType
 
@@ -138,25 +139,38 @@ def _import_library(path: Path, name: str) -> ModuleType:
     return module
 
 
+_SETUPTOOLS_ORDER_WARNINGS = (
+    "Distutils was imported before Setuptools",
+    "Setuptools is replacing distutils",
+)
+
+
 def _compile(directory: Path, name: str) -> ModuleType:
-    from torch.utils import cpp_extension
+    with warnings.catch_warnings():
+        # torch's cpp_extension imports setuptools; when distutils came first (torchviz
+        # imports it), the setuptools shim warns about the order. Harmless here, and printed
+        # only by a process that compiles, so a page that builds the extension would read
+        # differently from one that found it cached.
+        for message in _SETUPTOOLS_ORDER_WARNINGS:
+            warnings.filterwarnings("ignore", message, UserWarning)
+        from torch.utils import cpp_extension
 
-    if shutil.which("ninja") is None:
-        # pip installs ninja into the environment's bin/, which is on PATH only when the
-        # environment is activated; torch runs `ninja` by name.
-        import ninja
+        if shutil.which("ninja") is None:
+            # pip installs ninja into the environment's bin/, which is on PATH only when the
+            # environment is activated; torch runs `ninja` by name.
+            import ninja
 
-        os.environ["PATH"] = os.pathsep.join(
-            [ninja.BIN_DIR, os.environ.get("PATH", "")]
+            os.environ["PATH"] = os.pathsep.join(
+                [ninja.BIN_DIR, os.environ.get("PATH", "")]
+            )
+        directory.mkdir(parents=True, exist_ok=True)
+        return cpp_extension.load(
+            name=name,
+            sources=[str(SOURCE)],
+            extra_cflags=list(_EXTRA_CFLAGS),
+            build_directory=str(directory),
+            verbose=False,
         )
-    directory.mkdir(parents=True, exist_ok=True)
-    return cpp_extension.load(
-        name=name,
-        sources=[str(SOURCE)],
-        extra_cflags=list(_EXTRA_CFLAGS),
-        build_directory=str(directory),
-        verbose=False,
-    )
 
 
 def build_extension(root: Path | None = None) -> Build:

@@ -1,8 +1,12 @@
 """BROKEN on purpose, do not copy: the wrong patterns of the failure gallery.
 
 Each Function below computes the right value and the right first derivative; each gets the
-second derivative wrong in its own way. The site runs them to show the symptom, the tests
-pin each failure, and :func:`double_backward.check` must name each problem. The fixes are
+second derivative wrong in its own way. How wrong depends on the incoming gradient: with a
+plain one (``fn(x).sum()``) most raise, but after any nonlinear op downstream (a loss, a
+square) the incoming gradient depends on ``x`` and the same Function returns a wrong number
+without an error. :func:`second_derivative` takes the second derivative in each of those ways;
+the site runs it to show the symptoms, the tests pin each failure, and
+:func:`double_backward.check` must name each problem. The fixes are
 in ``double_backward.functions.saving_intermediates`` and ``double_backward.functions.saving_inputs``.
 (Two more failures reuse other modules: :class:`double_backward.SinhBad`, which stashes
 intermediates on ``ctx``, and the old-style Functions under :mod:`torch.func`.)
@@ -31,7 +35,9 @@ class SinhSavesIntermediate(torch.autograd.Function):
     """BROKEN: saves intermediates with save_for_backward, but they are not outputs.
 
     save_for_backward accepts them, yet they were made in no-grad mode and have no history,
-    so grad_x has no graph back to x, exactly as when they are stashed on ctx.
+    so grad_x reaches x only through grad_out, exactly as when they are stashed on ctx: an
+    error with a plain grad_out, a wrong number (cosh² x for d²/dx² of ½ sinh² x, instead of
+    cosh 2x) when grad_out depends on x.
     """
 
     @staticmethod
@@ -51,7 +57,9 @@ class SinhNonDifferentiableExtras(torch.autograd.Function):
     """BROKEN: returns the intermediates as outputs but marks them non-differentiable.
 
     Marked non-differentiable, the saved outputs come back from ctx.saved_tensors without
-    history: first-order gradcheck passes, gradgradcheck fails.
+    history: first-order gradcheck passes, gradgradcheck fails. As with SinhSavesIntermediate,
+    the second derivative is an error with a plain grad_out and wrong when grad_out depends
+    on x.
     """
 
     @staticmethod
@@ -73,7 +81,8 @@ class SinhDropsExtraGrads(torch.autograd.Function):
 
     grad_x has a graph back to x, so nothing errors, but the second backward sends the
     second derivative through the extra outputs and backward drops it: d²y/dx² comes out
-    as 0 instead of sinh x. Silently wrong.
+    as 0 instead of sinh x, and d²/dx² of ½ sinh² x as cosh² x instead of cosh 2x.
+    Silently wrong.
     """
 
     @staticmethod
@@ -99,8 +108,9 @@ def sinh_drops_extra_grads(x: torch.Tensor) -> torch.Tensor:
 class SquareDetachesInBackward(torch.autograd.Function):
     """BROKEN: detaches the saved input inside backward.
 
-    x.detach() cuts the path from grad_x back to x: the second derivative is lost (an
-    error, or zero when grad_out requires grad).
+    x.detach() cuts the path from grad_x back to x, except through grad_out: the second
+    derivative is an error with a plain grad_out, and wrong when grad_out depends on x
+    (4x² for d²/dx² of ½ x⁴, instead of 6x²).
     """
 
     @staticmethod
@@ -116,10 +126,16 @@ class SquareDetachesInBackward(torch.autograd.Function):
 
 
 class SquareOnceDifferentiable(torch.autograd.Function):
-    """Honest, not broken: a backward that declares itself first-order only.
+    """A backward that declares itself first-order only: loud in one use, silent in others.
 
-    @once_differentiable runs backward in no-grad mode and makes any attempt to
-    differentiate its result raise an error, instead of returning a wrong answer.
+    @once_differentiable runs backward in no-grad mode, so its result has no graph back to
+    x. When an incoming gradient requires grad, the result is attached instead to a node
+    that raises "trying to differentiate twice": a second ``.backward()`` runs that node
+    and fails loudly. ``torch.autograd.grad(..., x)`` never runs it (the node does not
+    lead to x): alone, the second derivative is then an error; added to other terms of
+    the loss, the Function's term is silently missing. For
+    ``SquareOnceDifferentiable.apply(x).sum() + (x ** 3).sum()`` the second derivative
+    comes back as 6x instead of 2 + 6x, by ``grad`` and by ``.backward()`` alike.
     """
 
     @staticmethod
@@ -185,6 +201,99 @@ class SquareWithoutJvp(torch.autograd.Function):
     def backward(ctx: Any, grad_out: torch.Tensor) -> torch.Tensor:
         (x,) = ctx.saved_tensors
         return grad_out * 2 * x
+
+
+class CubeBackwardWithoutJvp(torch.autograd.Function):
+    """g = grad_out · 3x², the backward of :class:`CubeJvpOnOuterOnly`, with no jvp."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return grad_out * 3 * x**2
+
+    @staticmethod
+    def setup_context(
+        ctx: Any, inputs: tuple[torch.Tensor, torch.Tensor], output: Any
+    ) -> None:
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx: Any, grad_g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        grad_out, x = ctx.saved_tensors
+        return grad_g * 3 * x**2, grad_g * grad_out * 6 * x
+
+
+class CubeJvpOnOuterOnly(torch.autograd.Function):
+    """Incomplete for hessian: a jvp on the outer Function, none on the one its backward calls.
+
+    ``hessian`` is forward mode over reverse mode: the tangent is pushed through backward
+    too, so through :class:`CubeBackwardWithoutJvp`, which cannot take it.
+    :class:`double_backward.functions.setup_context_style.Cube` gives both Functions a jvp.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        check_real_tensor("CubeJvpOnOuterOnly", "x", x)
+        return x**3
+
+    @staticmethod
+    def setup_context(
+        ctx: Any, inputs: tuple[torch.Tensor], output: torch.Tensor
+    ) -> None:
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return CubeBackwardWithoutJvp.apply(grad_out, x)  # the mistake: no jvp there
+
+    @staticmethod
+    def jvp(ctx: Any, x_tangent: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return 3 * x**2 * x_tangent
+
+
+# -- how readers meet the failures --------------------------------------------------------
+GRAD_OUTS = ("ones", "ones requiring grad", "depends on x")
+"""The incoming gradients :func:`second_derivative` can use, as readers meet them."""
+
+
+def second_derivative(fn: Any, x: torch.Tensor, grad_out: str) -> torch.Tensor:
+    r"""The second derivative of ``fn`` at ``x``, elementwise, with a given incoming gradient.
+
+    ``fn`` is elementwise; a Function returning a tuple counts by its first output. The
+    first derivative is taken with ``create_graph=True``, then the sum of it is
+    differentiated with respect to ``x``:
+
+    - ``"ones"``: the incoming gradient of ``fn(x).sum()``, plain ones: gives
+      :math:`f''(x)`;
+    - ``"ones requiring grad"``: ones that require grad, as ``gradgradcheck`` and some
+      gradient penalties pass: gives :math:`f''(x)` too;
+    - ``"depends on x"``: the gradient of :math:`	frac12 \sum f(x)^2`, whose incoming
+      gradient :math:`f(x)` depends on ``x``, as after any nonlinear op downstream: gives
+      :math:`f'(x)^2 + f(x)\,f''(x)`.
+
+    A gradient with no path back to ``x`` counts as zero, as ``.backward()`` leaves it;
+    errors autograd raises propagate.
+    """
+    if grad_out not in GRAD_OUTS:
+        raise ValueError(f"grad_out must be one of {GRAD_OUTS}, got {grad_out!r}")
+    x = x.detach().requires_grad_()
+    y = fn(x)
+    y = y[0] if isinstance(y, tuple) else y
+    if grad_out == "depends on x":
+        (grad_x,) = torch.autograd.grad((y**2).sum() / 2, x, create_graph=True)
+    else:
+        incoming = torch.ones_like(y, requires_grad=grad_out == "ones requiring grad")
+        (grad_x,) = torch.autograd.grad(y, x, incoming, create_graph=True)
+    (second,) = torch.autograd.grad(
+        grad_x.sum(), x, allow_unused=True, materialize_grads=True
+    )
+    return second
 
 
 # -- custom operators ------------------------------------------------------------------------

@@ -136,5 +136,6 @@ print(
 # ``@once_differentiable``, but do not count on an error: it is loud only for a second
 # ``.backward()`` whose incoming gradient requires grad, and silent when other terms of the
 # loss reach the input. Test the second derivative the way your code takes it (or run
-# :func:`~torch.autograd.gradgradcheck`, which raises). Next, more mistakes that are not loud:
-# :doc:`plot_13_failure_gallery`.
+# :func:`~torch.autograd.gradgradcheck`, which raises). Next, how long a graph lives when you
+# differentiate it more than once: :doc:`plot_09_graph_lifetime`; more mistakes that are not
+# loud: :doc:`plot_13_failure_gallery`.

@@ -208,6 +208,11 @@ same = torch.allclose(attention_by_hand(query), math_kernel_attention(query))
 print(f"same attention: {same}")
 
 # %%
+# Attention is not the only one: :doc:`plot_14_builtins_without_double_backward` finds such
+# built-ins inside a model with :func:`double_backward.check_model`, and the
+# :doc:`table of built-ins </builtins>` lists every op that raises with the installed torch.
+
+# %%
 # What the checker says
 # ---------------------
 # The checker runs all of the above on your Function and explains each problem it finds, with
@@ -220,4 +225,5 @@ print(check(sinh_drops_extra_grads, x))
 # --------
 # Only :func:`~torch.autograd.gradgradcheck` (or a second derivative compared with a known
 # value) catches these. The :doc:`error-message index </errors>` lists the messages above and
-# where each is explained. Next, what double backward is for: :doc:`plot_15_applications`.
+# where each is explained. Next, when the op without a double backward is a built-in inside
+# your model: :doc:`plot_14_builtins_without_double_backward`.

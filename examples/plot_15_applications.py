@@ -71,7 +71,8 @@ for iteration in range(4):
 # ----------------------------
 # The critic :math:`D(x) = v \cdot \sinh(W x)` uses :func:`~double_backward.sinh`. The penalty
 # :math:`(\lVert \nabla_x D(\hat{x}) \rVert - 1)^2` contains a gradient; training the critic
-# differentiates it with respect to :math:`W`: double backward.
+# differentiates it with respect to :math:`W`: double backward. (A critic with attention
+# needs more: :doc:`plot_14_builtins_without_double_backward`.)
 from double_backward import sinh
 
 W = torch.randn(4, 3, dtype=torch.float64)

@@ -116,7 +116,9 @@ print(check(FlattenAndArgmax.apply, torch.randn(2, 3)))
 # ---------------------------------------
 # This Swish keeps ``sigmoid(x)`` as a ``ctx`` attribute. Forward runs in no-grad mode, so the
 # attribute has no history, and gradgradcheck fails. The diagnosis names the tensor, where it
-# was kept, its dtype and shape.
+# was kept, its dtype and shape. (Why an intermediate breaks the second derivative, and how
+# to derive one that does not: :doc:`plot_03_saving_intermediates`,
+# :doc:`plot_07_deriving_double_backward`.)
 
 
 class SwishStashed(torch.autograd.Function):  # BROKEN on purpose
@@ -173,7 +175,8 @@ print(check(SquareKernel.apply, torch.randn(4)))
 # flows through it is lost. Over a row of 100 values that part is small per element, yet the
 # Hessian-vector product is about 10% off. gradcheck's fast mode averages such an error away
 # and its full mode would build a 10,000 x 20,000 Jacobian; the random signed directions
-# catch it for a few calls of the Function.
+# catch it for a few calls of the Function. The same trap in LayerNorm, derived and fixed:
+# :doc:`plot_07_deriving_double_backward`.
 
 
 class RMSNormSavesRstd(torch.autograd.Function):  # BROKEN on purpose
@@ -263,7 +266,8 @@ for k in (1, 2):
 # ``first-order``. With ``surrogate_gradient=True`` (``--surrogate-gradient``) the first
 # derivative is taken as given, and the checker tests what double backward must still get
 # right: backward is linear in ``grad_out``, and differentiating backward agrees with
-# central differences of *your* backward.
+# central differences of *your* backward. What that second derivative means, for each of
+# these: :doc:`plot_12_surrogate_gradients`.
 
 
 class StraightThroughRound(torch.autograd.Function):
@@ -311,7 +315,8 @@ print(check(SpikeSavesSigmoid.apply, torch.randn(4, 3), surrogate_gradient=True)
 # For a holomorphic :math:`f`, backward therefore returns ``grad_out * conj(f'(z))``. The
 # checker treats each complex number as a pair of reals: directions are complex, and
 # derivatives are compared through :math:`\operatorname{Re} \sum \bar a\, b`. Forgetting
-# the conjugate is the classic mistake:
+# the conjugate is the classic mistake (and low precision has its own,
+# :doc:`plot_11_dtypes`):
 
 
 class ComplexSquare(torch.autograd.Function):
@@ -405,4 +410,8 @@ print(f"exit status: {status}")
 # did not break anything at these inputs. A passing verdict at default settings misses a 5%
 # error in the Hessian-vector product with a chance below 1 in 4,000. Next: the
 # :doc:`failure gallery <plot_13_failure_gallery>` shows each broken pattern's symptom, and
-# :doc:`plot_06_modern_api` what :mod:`torch.func` needs.
+# :doc:`plot_06_modern_api` what :mod:`torch.func` needs. When the op that breaks is a built-in
+# inside a model (attention, ``cdist``), :func:`double_backward.check_model` finds it:
+# :doc:`plot_14_builtins_without_double_backward`. Saved tensors edited in place:
+# :doc:`plot_10_inplace_and_views`; graphs freed between two backwards:
+# :doc:`plot_09_graph_lifetime`.

@@ -345,7 +345,7 @@ for name, row in peaks.items():
 # A built-in replaced: attention without the L×S matrix
 # -----------------------------------------------------
 # torch's default CPU attention kernel has no double backward; its MATH backend has one, but
-# keeps the L×S attention matrix for backward.
+# keeps the L×S attention matrix for backward (:doc:`plot_14_builtins_without_double_backward`).
 # :func:`double_backward.ops.scaled_dot_product_attention` keeps q, k, v, the output and one
 # logsumexp per query, and recomputes the matrix in backward. Counted now at the benchmark's
 # shape: q, k and v are views of one stacked tensor, so all three count as the input.

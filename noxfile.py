@@ -29,13 +29,14 @@ from sphinx_build import arguments  # noqa: E402  (the one set of sphinx-build f
 
 
 def install(session: nox.Session, *groups: str) -> None:
-    """Install the package (editable) and the named dependency groups under the constraints."""
+    """Install the package (editable, with every extra: the pages and tests use them all) and
+    the named dependency groups under the constraints."""
     requirements = [
         req
         for group in groups
         for req in nox.project.dependency_groups(PYPROJECT, group)
     ]
-    session.install("-c", CONSTRAINTS, "-e", ".", *requirements)
+    session.install("-c", CONSTRAINTS, "-e", ".[pages]", *requirements)
 
 
 def require_graphviz(session: nox.Session) -> None:

@@ -35,7 +35,7 @@ from sphinx.util.docutils import SphinxDirective
 logger = logging.getLogger(__name__)
 
 # What the wheel is built from, relative to the repository root.
-WHEEL_SOURCES = ("pyproject.toml", "README.md", "src")
+WHEEL_SOURCES = ("pyproject.toml", "README.pypi.md", "src")
 WHEELS_DIR = "wheels"  # in the HTML output
 DEFAULT_SOURCE_DATE_EPOCH = "315532800"  # 1980-01-01, the earliest time a zip can hold
 NO_BASE_URL_HELP = (

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import importlib
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 import torch
 from packaging.requirements import Requirement
 
@@ -68,7 +68,9 @@ def test_the_checker_and_the_functions_import_without_any_extra(monkeypatch):
     assert double_backward.check(double_backward.Square.apply, x).ok
 
 
-def test_building_the_cpp_example_without_ninja_names_the_cpp_extra(monkeypatch, tmp_path):
+def test_building_the_cpp_example_without_ninja_names_the_cpp_extra(
+    monkeypatch, tmp_path
+):
     from double_backward.functions import cpp_extension
 
     monkeypatch.setitem(sys.modules, "ninja", None)

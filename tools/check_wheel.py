@@ -47,7 +47,9 @@ def wheel_problems(wheel: Path, root: Path = ROOT) -> list[str]:
         project,
     )
     if metadata.get("Description-Content-Type") != "text/markdown":
-        problems.append(f"Description-Content-Type {metadata.get('Description-Content-Type')}")
+        problems.append(
+            f"Description-Content-Type {metadata.get('Description-Content-Type')}"
+        )
     readme = (root / project["readme"]).read_text()
     if metadata.get_payload().strip() != readme.strip():
         problems.append(f"the description is not {project['readme']}")
@@ -60,7 +62,11 @@ MARKER_PYTHONS = ("3.10", "3.12")
 
 def _selected(requirements: list[str], extra: str, python: str) -> set[str]:
     """``name`` + specifier of each requirement a pip install with ``extra`` takes on ``python``."""
-    environment = {"extra": extra, "python_version": python, "python_full_version": python + ".0"}
+    environment = {
+        "extra": extra,
+        "python_version": python,
+        "python_full_version": python + ".0",
+    }
     return {
         f"{req.name}{req.specifier}"
         for req in map(Requirement, requirements)
@@ -75,7 +81,9 @@ def dependency_problems(
     extras = project.get("optional-dependencies", {})
     problems = []
     if sorted(provides_extra) != sorted(extras):
-        problems.append(f"Provides-Extra {sorted(provides_extra)}, expected {sorted(extras)}")
+        problems.append(
+            f"Provides-Extra {sorted(provides_extra)}, expected {sorted(extras)}"
+        )
     for python in MARKER_PYTHONS:
         for extra in ["", *extras]:
             expected = _selected(project["dependencies"], "", python)

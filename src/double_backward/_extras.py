@@ -19,7 +19,9 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 # no longer ships in a venv.
 if sys.version_info >= (3, 12):
     EXTRAS = {
-        name: (*requirements, "setuptools") if name in ("graphs", "cpp") else requirements
+        name: (*requirements, "setuptools")
+        if name in ("graphs", "cpp")
+        else requirements
         for name, requirements in EXTRAS.items()
     }
 

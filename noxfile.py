@@ -122,9 +122,24 @@ def bench_functions(session: nox.Session) -> None:
     session.run("python", "benchmarks/functions.py", *session.posargs)
 
 
-# A reader's venv: torch and the package's other dependencies, nothing of this project. The
-# site checks install the package into it from the served site, as the pages tell readers to.
+# A reader's venv: torch and NumPy, what the package requires, and a Jupyter kernel; nothing of
+# this project. The site checks install the package into it from the served site, with no extra,
+# and one extra from the wheelhouse, to show what each install takes.
 READER_VENV = ROOT / ".nox" / "site-reader"
+# The venv the downloads run in: the reader's venv (through a .pth file) plus the dependencies of
+# the extras the pages use, installed here in advance: the checks run offline.
+PAGES_READER_VENV = ROOT / ".nox" / "site-reader-pages"
+# Wheels of the "graphs" extra, for installing it on request with no network.
+WHEELHOUSE = ROOT / ".nox" / "site-wheelhouse"
+
+
+# Run by the pages venv's python: a .pth file making the reader's venv (argv[1]) importable.
+_LAYER_VENV = (
+    "import pathlib, subprocess, sys, sysconfig; "
+    "purelib = \"import sysconfig; print(sysconfig.get_paths()['purelib'])\"; "
+    "reader = subprocess.check_output([sys.argv[1], '-c', purelib], text=True).strip(); "
+    "pathlib.Path(sysconfig.get_paths()['purelib'], 'site-reader.pth').write_text(reader + '\\n')"
+)
 
 
 @nox.session(reuse_venv=True)
@@ -137,16 +152,34 @@ def site(session: nox.Session) -> None:
     """
     install(session, "site")
     session.run_install("npm", "ci", "--no-audit", "--no-fund", external=True)
-    session.run_install("python", "-m", "venv", "--clear", str(READER_VENV))
+    extras = PYPROJECT["project"]["optional-dependencies"]
     reader_python = READER_VENV / "bin" / "python"
-    # ipykernel: the checks run the notebooks in this venv, as Jupyter would.
+    pages_python = PAGES_READER_VENV / "bin" / "python"
+    for venv in (READER_VENV, PAGES_READER_VENV):
+        session.run_install("python", "-m", "venv", "--clear", str(venv))
+    # ipykernel: the checks run the notebooks in these venvs, as Jupyter would.
     session.run_install(
         str(reader_python), "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS,
         *PYPROJECT["project"]["dependencies"], "ipykernel", external=True,
     )  # fmt: skip
+    session.run_install(
+        str(pages_python), "-c", _LAYER_VENV, str(reader_python), external=True
+    )
+    session.run_install(
+        str(pages_python), "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS,
+        *extras["pages"], external=True,
+    )  # fmt: skip
+    session.run_install(
+        str(reader_python), "-m", "pip", "wheel", "--quiet", "--no-deps", "-c", CONSTRAINTS,
+        "--wheel-dir", str(WHEELHOUSE), *extras["graphs"], external=True,
+    )  # fmt: skip
     session.run(
         "pytest", "site_tests", *session.posargs,
-        env={"DOUBLE_BACKWARD_READER_PYTHON": str(reader_python)},
+        env={
+            "DOUBLE_BACKWARD_READER_PYTHON": str(pages_python),
+            "DOUBLE_BACKWARD_BARE_READER_PYTHON": str(reader_python),
+            "DOUBLE_BACKWARD_WHEELHOUSE": str(WHEELHOUSE),
+        },
     )  # fmt: skip
 
 

@@ -36,7 +36,13 @@ from itertools import count
 from pathlib import Path
 
 from editable_listings import PageListings
-from package_wheel import base_url, first_notebook_cell, install_command
+from package_wheel import (
+    base_url,
+    first_notebook_cell,
+    install_command,
+    page_needs,
+    prerequisites_check,
+)
 from pygments.lexers import get_lexer_for_filename
 from pygments.util import ClassNotFound
 from repro_zipfile import ReproducibleZipFile
@@ -199,7 +205,9 @@ def split_listings(
         pieces.append(("listing", cell))
         start = match.end()
     pieces.append(("text", rest[start:]))
-    return [(label, piece) for label, piece in pieces if label != "text" or piece.strip()]
+    return [
+        (label, piece) for label, piece in pieces if label != "text" or piece.strip()
+    ]
 
 
 def _fill_in(markdown: str, blocks: dict[str, str]) -> str:
@@ -260,7 +268,9 @@ def write_downloads(app: Sphinx, source: Path, target: Path, docname: str) -> No
         )
         for label, content, line in pending
     ]
-    listing_cells = {index for index, entry in enumerate(pending) if entry[0] == "listing"}
+    listing_cells = {
+        index for index, entry in enumerate(pending) if entry[0] == "listing"
+    }
 
     # The script: the docstring and text blocks as Markdown comments, the code as it is.
     heading_counter = count(start=1)
@@ -280,6 +290,8 @@ def write_downloads(app: Sphinx, source: Path, target: Path, docname: str) -> No
         "# repository (this build has no site address), then run it with python:\n"
         "#     pip install ."
     )
+    needs = page_needs(source.read_text())
+    check = prerequisites_check(needs, "script")
     parts = []
     for index, (label, content, _) in enumerate(prepared):
         if index in listing_cells:
@@ -289,6 +301,8 @@ def write_downloads(app: Sphinx, source: Path, target: Path, docname: str) -> No
         elif index == 0:
             docstring = markdown(content).strip().replace('"""', '\\"\\"\\"')
             parts.append(f'r"""\n{docstring}\n"""\n\n{run_it}')
+            if check:
+                parts.append(check.rstrip("\n"))
         else:
             parts.append("# %%\n" + _comment(markdown(content)))
     script = "\n\n".join(parts) + "\n"
@@ -299,7 +313,7 @@ def write_downloads(app: Sphinx, source: Path, target: Path, docname: str) -> No
     if target.suffix in gallery_conf["notebook_extensions"]:
         conf = {
             **copy.copy(gallery_conf),
-            "first_notebook_cell": first_notebook_cell(app),
+            "first_notebook_cell": first_notebook_cell(app, needs),
         }
         notebook = jupyter_notebook(prepared, conf, target.parent)
         for cell in notebook["cells"]:
@@ -329,7 +343,9 @@ def rewrite_zip(path: Path, read: Callable[[str, zipfile.ZipFile], bytes]) -> No
         names = sorted(info.filename for info in original.infolist())
         members = [(name, read(name, original)) for name in names]
     buffer = io.BytesIO()
-    with ReproducibleZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as rewritten:
+    with ReproducibleZipFile(
+        buffer, "w", compression=zipfile.ZIP_DEFLATED
+    ) as rewritten:
         for name, data in members:
             rewritten.writestr(name, data)
     write_if_changed(path, buffer.getvalue())

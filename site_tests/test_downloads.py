@@ -14,12 +14,12 @@ import functools
 import json
 import re
 import subprocess
-import tomllib
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import nbformat
 import pytest
+import tomllib
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 from packaging.requirements import Requirement

@@ -284,11 +284,9 @@ def _install_code(app: Sphinx) -> str:
         "except importlib.metadata.PackageNotFoundError:\n"
         "    installed = None\n"
         "if installed != VERSION:\n"
-        "    pip = subprocess.run(\n"
-        f'        [sys.executable, "-m", "pip", "install", f"double-backward[{EXTRA}] @ {{WHEEL}}"],\n'
-        "        capture_output=True,\n"
-        "        text=True,\n"
-        "    )\n"
+        f'    requirement = f"double-backward[{EXTRA}] @ {{WHEEL}}"\n'
+        '    command = [sys.executable, "-m", "pip", "install", requirement]\n'
+        "    pip = subprocess.run(command, capture_output=True, text=True)\n"
         "    if pip.returncode != 0:\n"
         "        raise RuntimeError(\n"
         '            f"pip could not install double_backward {VERSION} from {WHEEL} "\n'
@@ -306,7 +304,7 @@ def _install_code(app: Sphinx) -> str:
         '            f"{WHEEL} installed double_backward {now}, not {VERSION}: this notebook "\n'
         '            "was built for another wheel. Download the notebook again from the site."\n'
         "        )\n"
-        '    if "double_backward" in sys.modules:\n'
+        '    if installed is not None and "double_backward" in sys.modules:\n'
         "        raise RuntimeError(\n"
         '            f"double_backward {installed} was already imported in this kernel; "\n'
         '            f"{VERSION} is now installed: restart the kernel and run this cell again."\n'

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -94,12 +95,16 @@ def test_with_a_base_url_the_first_cell_installs_the_wheel_from_it_with_the_page
     )
     assert 'VERSION = "0.1.0"' in cell
     # Never the bare PyPI name: only the name with the wheel's address.
-    assert '"double-backward[pages] @ {WHEEL}"' in cell
+    assert 'f"double-backward[pages] @ {WHEEL}"' in cell
     assert not re.search(r"\binstall\b[^\n]*double-backward(?!\[pages\] @)", cell)
 
 
 def _run_first_cell(
-    cell: str, installed: str | None, pip_status: int, installed_by_pip: str = "0.1.0"
+    cell: str,
+    installed: str | None,
+    pip_status: int,
+    installed_by_pip: str = "0.1.0",
+    imported: bool = False,
 ) -> list[list[str]]:
     """Run the cell with the installed version and pip's exit status faked; pip's commands."""
     import importlib.metadata
@@ -119,7 +124,15 @@ def _run_first_cell(
         return SimpleNamespace(returncode=pip_status, stderr="ERROR: 404 Not Found\n")
 
     namespace: dict[str, object] = {}
-    patches = ((importlib.metadata, "version", version), (subprocess, "run", run))
+    # A fresh kernel, unless the test says the old version was imported.
+    modules = dict(sys.modules)
+    if not imported:
+        modules.pop("double_backward", None)
+    patches = (
+        (importlib.metadata, "version", version),
+        (subprocess, "run", run),
+        (sys, "modules", modules),
+    )
     saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
     try:
         for module, name, value in patches:
@@ -150,6 +163,14 @@ def test_only_the_version_the_notebook_was_built_with_stands(installed, installs
     cell = first_notebook_cell(_app("https://example.org/db"))
     calls = _run_first_cell(cell, installed=installed, pip_status=0)
     assert bool(calls) == installs
+
+
+def test_an_older_version_already_imported_asks_for_a_restart():
+    cell = first_notebook_cell(_app("https://example.org/db"))
+    with pytest.raises(
+        RuntimeError, match="0.0.9 was already imported .* restart the kernel"
+    ):
+        _run_first_cell(cell, installed="0.0.9", pip_status=0, imported=True)
 
 
 def test_a_wheel_of_another_version_stops_the_first_cell():

@@ -125,9 +125,9 @@ def _run_first_cell(
 
     namespace: dict[str, object] = {}
     # A fresh kernel, unless the test says the old version was imported.
-    modules = dict(sys.modules)
+    modules = {**sys.modules, "double_backward": SimpleNamespace()}
     if not imported:
-        modules.pop("double_backward", None)
+        del modules["double_backward"]
     patches = (
         (importlib.metadata, "version", version),
         (subprocess, "run", run),

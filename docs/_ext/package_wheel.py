@@ -188,10 +188,12 @@ DOT_INSTALL = (
     "  Windows:       winget install graphviz (then add its bin folder to PATH)\n"
     "  conda:         conda install -c conda-forge graphviz"
 )
-CPP_WITHOUT = (
-    "the cells that build or call the extension fail (unless a build is cached in "
-    "~/.cache/double_backward or $DOUBLE_BACKWARD_CACHE_DIR); the other cells run."
-)
+CPP_WITHOUT = {
+    "notebook": "the cells that build or call the extension fail (unless a build is cached "
+    "in ~/.cache/double_backward or $DOUBLE_BACKWARD_CACHE_DIR); the other cells run.",
+    "script": "the script stops where it first builds the extension (unless a build is "
+    "cached in ~/.cache/double_backward or $DOUBLE_BACKWARD_CACHE_DIR).",
+}
 
 
 def _dot_check(kind: str) -> str:
@@ -208,10 +210,10 @@ def _dot_check(kind: str) -> str:
     )
 
 
-def _cpp_check() -> str:
+def _cpp_check(kind: str) -> str:
     compiler = (
         "No C++ compiler: `{_compiler}` is not on PATH, and this page builds a C++ "
-        f"extension: {CPP_WITHOUT} Install one:\n"
+        f"extension: {CPP_WITHOUT[kind]} Install one:\n"
         "  Debian/Ubuntu: sudo apt-get install g++\n"
         "  Fedora/RHEL:   sudo dnf install gcc-c++\n"
         "  macOS:         xcode-select --install\n"
@@ -220,7 +222,7 @@ def _cpp_check() -> str:
     )
     headers = (
         "No Python headers: {_headers} does not exist, and this page builds a C++ "
-        f"extension against them: {CPP_WITHOUT} Install them:\n"
+        f"extension against them: {CPP_WITHOUT[kind]} Install them:\n"
         "  Debian/Ubuntu: sudo apt-get install python3-dev (or "
         "python{sys.version_info.major}.{sys.version_info.minor}-dev)\n"
         "  Fedora/RHEL:   sudo dnf install python3-devel\n"
@@ -247,7 +249,7 @@ def prerequisites_check(needs: frozenset[str], kind: str) -> str:
         imports = ["import os", "import shutil", "import sys", "import sysconfig",
                    "from pathlib import Path"]  # fmt: skip
     checks = ([_dot_check(kind)] if DOT in needs else []) + (
-        [_cpp_check()] if CPP in needs else []
+        [_cpp_check(kind)] if CPP in needs else []
     )
     return (
         "# The programs this page needs besides Python packages, checked first.\n"

@@ -18,9 +18,10 @@ definition, so that editing ``ctx.save_for_backward(x)`` in the notebook changes
   ``sinh``) is defined in the cell too, so that it calls the edited one.
 
 Only a whole top-level class or function (``:pyobject: Name``, no line selection) becomes code;
-other listings (a range of lines, a method, C++) stay listings. What cannot be rewritten (a
-name imported again while a later listing of the same name hides it) is reported, so that a new
-page fails the build rather than ship a download whose edits change nothing.
+other listings (a range of lines, a method, C++, a custom operator, which registers a global
+name) stay listings. What cannot be rewritten (a name imported again while a later listing of
+the same name hides it) is reported, so that a new page fails the build rather than ship a
+download whose edits change nothing.
 """
 
 from __future__ import annotations
@@ -108,6 +109,16 @@ def namespace(module: str) -> _Namespace:
 
     visit(ast.parse(source).body)
     return _Namespace(imports, definitions, source)
+
+
+# Decorators that register the object under a global name (torch.library.custom_op,
+# register_fake, ...): defining it again in a notebook that imported the package would raise.
+REGISTERING_DECORATOR = re.compile(r"\b(library|custom_op|register_\w+)\b")
+
+
+def _registers(node: ast.stmt) -> bool:
+    decorators = getattr(node, "decorator_list", [])
+    return any(REGISTERING_DECORATOR.search(ast.unparse(d)) for d in decorators)
 
 
 def _used_names(node: ast.AST) -> set[str]:
@@ -230,8 +241,10 @@ class PageListings:
         ):
             return None
         try:
-            ast.parse(text)
+            tree = ast.parse(text)
         except SyntaxError:
+            return None
+        if any(_registers(node) for node in tree.body):
             return None
         imports = needed_imports(module, name, text, self._defined())
         listing = Listing(module, name, _resolve(module, name), [])

@@ -134,3 +134,13 @@ def test_cells_without_listed_names_are_left_as_written():
 def test_a_method_or_a_selection_of_lines_stays_a_listing(options):
     page = PageListings(warn=pytest.fail)
     assert page.define(FUNCTIONS / "saving_inputs.py", options, "x = 1\n") is None
+
+
+def test_a_custom_operator_stays_a_listing():
+    # Defined again in a notebook that imported the package, it would be registered twice.
+    page = PageListings(warn=pytest.fail)
+    text = (
+        '@torch.library.custom_op("double_backward::cube", mutates_args=())\n'
+        "def cube(x: torch.Tensor) -> torch.Tensor:\n    return x**3\n"
+    )
+    assert page.define(FUNCTIONS / "custom_ops.py", {"pyobject": "cube"}, text) is None

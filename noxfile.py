@@ -205,6 +205,14 @@ def build(session: nox.Session) -> None:
         "assert report.ok, report",
         external=True,
     )  # fmt: skip
+    # torch and NumPy only: drawing a graph names the extra it needs.
+    session.run(
+        python, "-c",
+        "try:\n    import double_backward.graph\nexcept ImportError as error:\n"
+        "    assert 'double-backward[graphs]' in str(error), error\n"
+        "else:\n    raise SystemExit('torchviz came with the package: not an extra')",
+        external=True,
+    )  # fmt: skip
 
 
 @nox.session(python=False)

@@ -200,7 +200,7 @@ class Listing:
 def _header(listing: Listing, text: str) -> str:
     where = listing.module.replace(".", "/") + ".py"
     return (
-        f"# `{listing.name}`, from the package ({where}), defined here:\n"
+        f"# `{listing.name}`, as in {where}, defined here:\n"
         f"# edit it, and the cells below run your version.\n{text}"
     )
 
@@ -312,8 +312,8 @@ class PageListings:
                 source = definition_source(module, name)
                 imports = needed_imports(module, name, source, self._defined())
                 lines.append(
-                    f"# `{name}`, from the package ({module.replace('.', '/')}.py), defined "
-                    "here\n# so that it uses the definitions above.\n"
+                    f"# `{name}`, as in {module.replace('.', '/')}.py, defined here\n"
+                    "# so that it uses the definitions above.\n"
                     + "\n".join(imports)
                     + ("\n\n\n" if imports else "")
                     + source

@@ -29,13 +29,14 @@ from sphinx_build import arguments  # noqa: E402  (the one set of sphinx-build f
 
 
 def install(session: nox.Session, *groups: str) -> None:
-    """Install the package (editable) and the named dependency groups under the constraints."""
+    """Install the package (editable, with every extra: the pages and tests use them all) and
+    the named dependency groups under the constraints."""
     requirements = [
         req
         for group in groups
         for req in nox.project.dependency_groups(PYPROJECT, group)
     ]
-    session.install("-c", CONSTRAINTS, "-e", ".", *requirements)
+    session.install("-c", CONSTRAINTS, "-e", ".[pages]", *requirements)
 
 
 def require_graphviz(session: nox.Session) -> None:
@@ -110,7 +111,7 @@ def torch_venv(session: nox.Session, torch_version: str) -> str:
     requirements = nox.project.dependency_groups(PYPROJECT, "test")
     session.run_install(
         str(python), "-m", "pip", "install", "--quiet", "-c", str(constraints),
-        "-e", str(ROOT), *requirements, external=True,
+        "-e", f"{ROOT}[pages]", *requirements, external=True,
     )  # fmt: skip
     return str(python)
 
@@ -206,9 +207,24 @@ def bench_call_overhead(session: nox.Session) -> None:
     session.run("python", "benchmarks/call_overhead.py", *session.posargs)
 
 
-# A reader's venv: torch and the package's other dependencies, nothing of this project. The
-# site checks install the package into it from the served site, as the pages tell readers to.
+# A reader's venv: torch and NumPy, what the package requires, and a Jupyter kernel; nothing of
+# this project. The site checks install the package into it from the served site, with no extra,
+# and one extra from the wheelhouse, to show what each install takes.
 READER_VENV = ROOT / ".nox" / "site-reader"
+# The venv the downloads run in: the reader's venv (through a .pth file) plus the dependencies of
+# the extras the pages use, installed here in advance: the checks run offline.
+PAGES_READER_VENV = ROOT / ".nox" / "site-reader-pages"
+# Wheels of the "graphs" extra, for installing it on request with no network.
+WHEELHOUSE = ROOT / ".nox" / "site-wheelhouse"
+
+
+# Run by the pages venv's python: a .pth file making the reader's venv (argv[1]) importable.
+_LAYER_VENV = (
+    "import pathlib, subprocess, sys, sysconfig; "
+    "purelib = \"import sysconfig; print(sysconfig.get_paths()['purelib'])\"; "
+    "reader = subprocess.check_output([sys.argv[1], '-c', purelib], text=True).strip(); "
+    "pathlib.Path(sysconfig.get_paths()['purelib'], 'site-reader.pth').write_text(reader + '\\n')"
+)
 
 
 @nox.session(reuse_venv=True)
@@ -221,16 +237,34 @@ def site(session: nox.Session) -> None:
     """
     install(session, "site")
     session.run_install("npm", "ci", "--no-audit", "--no-fund", external=True)
-    session.run_install("python", "-m", "venv", "--clear", str(READER_VENV))
+    extras = PYPROJECT["project"]["optional-dependencies"]
     reader_python = READER_VENV / "bin" / "python"
-    # ipykernel: the checks run the notebooks in this venv, as Jupyter would.
+    pages_python = PAGES_READER_VENV / "bin" / "python"
+    for venv in (READER_VENV, PAGES_READER_VENV):
+        session.run_install("python", "-m", "venv", "--clear", str(venv))
+    # ipykernel: the checks run the notebooks in these venvs, as Jupyter would.
     session.run_install(
         str(reader_python), "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS,
         *PYPROJECT["project"]["dependencies"], "ipykernel", external=True,
     )  # fmt: skip
+    session.run_install(
+        str(pages_python), "-c", _LAYER_VENV, str(reader_python), external=True
+    )
+    session.run_install(
+        str(pages_python), "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS,
+        *extras["pages"], external=True,
+    )  # fmt: skip
+    session.run_install(
+        str(reader_python), "-m", "pip", "wheel", "--quiet", "--no-deps", "-c", CONSTRAINTS,
+        "--wheel-dir", str(WHEELHOUSE), *extras["graphs"], external=True,
+    )  # fmt: skip
     session.run(
         "pytest", "site_tests", *session.posargs,
-        env={"DOUBLE_BACKWARD_READER_PYTHON": str(reader_python)},
+        env={
+            "DOUBLE_BACKWARD_READER_PYTHON": str(pages_python),
+            "DOUBLE_BACKWARD_BARE_READER_PYTHON": str(reader_python),
+            "DOUBLE_BACKWARD_WHEELHOUSE": str(WHEELHOUSE),
+        },
     )  # fmt: skip
 
 
@@ -254,6 +288,14 @@ def build(session: nox.Session) -> None:
         "import double_backward as db, torch; x = torch.tensor(1.5, dtype=torch.float64, "
         "requires_grad=True); report = db.check(db.Square.apply, x); print(report); "
         "assert report.ok, report",
+        external=True,
+    )  # fmt: skip
+    # torch and NumPy only: drawing a graph names the extra it needs.
+    session.run(
+        python, "-c",
+        "try:\n    import double_backward.graph\nexcept ImportError as error:\n"
+        "    assert 'double-backward[graphs]' in str(error), error\n"
+        "else:\n    raise SystemExit('torchviz came with the package: not an extra')",
         external=True,
     )  # fmt: skip
 

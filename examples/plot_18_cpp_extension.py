@@ -9,8 +9,10 @@ backward kernel in a ``torch::autograd::Function`` of its own and give it a back
 
 Two versions of :math:`y = x^3` share the same two kernels: ``cube_untracked``, whose backward
 calls the kernel directly (first order only), and ``cube``, whose backward calls a second C++
-Function, so second and third derivatives work. Building them needs a C++ compiler
-(``g++``) and ``ninja``.
+Function, so second and third derivatives work. Building them needs a C++ compiler (``g++``
+or ``clang++``) and this Python's headers (``Python.h``: ``python3-dev`` on Debian and
+Ubuntu); ``ninja``, which runs the build, comes with the package's ``cpp`` extra. The
+downloads check for the compiler and the headers before anything else.
 """
 
 # %%

@@ -12,7 +12,7 @@ machine). The times come from a benchmark run committed with the package, since 
 shared build machine would be noise; the page names that machine and says how to measure yours.
 You will see why ``Square`` beats ``x**2``, why materialised zero gradients cost ``Sinh`` time
 and can turn an overflow into ``nan``, and when recomputing is the better trade.
-(The plots are drawn with matplotlib, which the package installs.)
+(The plots are drawn with matplotlib, which the package's ``plots`` extra installs.)
 """
 
 # %%

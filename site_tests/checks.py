@@ -6,6 +6,7 @@ it must find nothing, and on a deliberately broken copy, where it must find the 
 
 from __future__ import annotations
 
+import ast
 import csv
 import filecmp
 import functools
@@ -355,12 +356,81 @@ REST_ROLE = re.compile(r":(?:[a-z]+:)?[a-z][\w-]*:`")
 REST_DIRECTIVE = re.compile(r"^[ \t]*(?:#[ \t]*)?\.\. [\w:-]+::", flags=re.M)
 
 
+# A line of an import from the package: the downloads rewrite these so that the cells use the
+# Functions the download defines (docs/_ext/editable_listings.py).
+PACKAGE_IMPORT = re.compile(
+    r"^(?:from double_backward[\w.]* import|import double_backward)\b"
+)
+
+
+def _without_package_imports(lines: list[str]) -> tuple[list[str], set[str]]:
+    """``lines`` without the package's imports (parenthesised ones whole); the names bound."""
+    kept, names, inside = [], set(), False
+    for line in lines:
+        if inside or PACKAGE_IMPORT.match(line):
+            imported = line.split(" import ", 1)[-1] if not inside else line
+            for name in re.split(r"[,()]", imported):
+                words = name.split()
+                if words:
+                    names.add(words[-1])
+            if PACKAGE_IMPORT.match(line) and line.startswith("import "):
+                names.add(line.split()[1].split(".")[0])
+            inside = (inside or "(" in line) and ")" not in line
+            continue
+        kept.append(line)
+    return kept, names
+
+
+def _unqualified(lines: list[str], names: set[str]) -> list[str]:
+    """Lines with ``name.`` taken off before an attribute, for each name the package bound."""
+    if not names:
+        return lines
+    pattern = re.compile(
+        rf"(?<![\w.])(?:{'|'.join(map(re.escape, sorted(names)))})\.(?=\w)"
+    )
+    return [pattern.sub("", line) for line in lines]
+
+
+def _in_order(needles: list[str], haystack: list[str]) -> bool:
+    position = 0
+    for needle in needles:
+        try:
+            position = haystack.index(needle, position) + 1
+        except ValueError:
+            return False
+    return True
+
+
+def _prose(download: Path) -> str:
+    """What a download says in prose: a notebook's Markdown cells, a script's lines outside its
+    classes and functions (its docstring, its comments)."""
+    if download.suffix == ".ipynb":
+        cells = json.loads(download.read_text())["cells"]
+        return "\n\n".join(
+            "".join(cell["source"]) for cell in cells if cell["cell_type"] == "markdown"
+        )
+    text = download.read_text()
+    code_lines = {
+        line
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        for line in range(node.lineno, node.end_lineno + 1)
+    }
+    return "\n".join(
+        line for number, line in enumerate(text.splitlines(), start=1)
+        if number not in code_lines
+    )  # fmt: skip
+
+
 def download_problems(site: Path, gallery: str = "auto_examples") -> list[str]:
     """Downloads that keep reST, or lack a code listing their page shows.
 
     Every example page's script and notebook are checked: no ``literalinclude``, role or
-    directive left; every code listing of the page (its code cells and the sources it
-    includes) appears in each, line by line.
+    directive left in their prose; every code listing of the page (its code cells and the
+    sources it includes) appears in each, line by line and in order (as code, or in a script as
+    comment lines). The package's imports are left out of the comparison, and ``module.Name``
+    read as ``Name``: the downloads rewrite them so that the cells use the Functions they define
+    (``docs/_ext/editable_listings.py``).
     """
     problems = []
     pages = sorted((site / gallery).glob("plot_*.html"))
@@ -378,10 +448,12 @@ def download_problems(site: Path, gallery: str = "auto_examples") -> list[str]:
         # Lines the page itself shows as code: an included source's docstrings may use roles,
         # as the package's docstrings do, and stay as they are in the download.
         shown_code = {line for block in blocks for line in block.splitlines()}
+        # Names the page's code binds by importing them from the package, in any cell.
+        bound = {n for b in blocks for n in _without_package_imports(b.splitlines())[1]}
         for download in downloads:
             text = download_text(download)
             prose = "\n".join(
-                line for line in text.splitlines()
+                line for line in _prose(download).splitlines()
                 if _code_lines(_uncommented(line)) not in shown_code
             )  # fmt: skip
             for pattern in ("literalinclude", REST_ROLE, REST_DIRECTIVE):
@@ -391,9 +463,15 @@ def download_problems(site: Path, gallery: str = "auto_examples") -> list[str]:
                     shown = found[0] if isinstance(found, re.Match) else found
                     problems.append(f"{download.name}: keeps reST {shown!r}")
             # Code as code, or (a script's included source) as comment lines.
-            forms = [f"\n{_code_lines(t)}\n" for t in (text, _uncommented(text))]
+            forms = [_code_lines(t).splitlines() for t in (text, _uncommented(text))]
             for block in blocks:
-                if block and not any(f"\n{block}\n" in form for form in forms):
+                lines, _ = _without_package_imports(block.splitlines())
+                if not lines:
+                    continue
+                wanted = _unqualified(lines, bound)
+                if not any(
+                    _in_order(wanted, _unqualified(form, bound)) for form in forms
+                ):
                     problems.append(
                         f"{download.name}: lacks code its page shows: "
                         f"{block.splitlines()[0][:80]!r}"

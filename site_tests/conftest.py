@@ -11,6 +11,7 @@ import html
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -85,10 +86,17 @@ def broken_base_url(broken_site: Path) -> Iterator[str]:
 
 @dataclass
 class Reader:
-    """A reader's venv: torch and the package's dependencies, never double_backward itself."""
+    """A reader's venv: torch and the package's dependencies, never double_backward itself.
+
+    ``python`` has the dependencies of every extra the pages use too (installed in advance:
+    the checks run offline); ``bare_python`` only what the package requires, and
+    ``wheelhouse`` the wheels of the "graphs" extra, to install it on request.
+    """
 
     python: Path
     kernel: str
+    bare_python: Path | None = None
+    wheelhouse: Path | None = None
 
     def uninstall(self, _download: Path | None = None) -> list[str]:
         """Remove double_backward (a notebook's first cell installed it); problems, if any."""
@@ -140,7 +148,16 @@ def reader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reader]:
     os.environ["PIP_DISABLE_PIP_VERSION_CHECK"] = (
         "1"  # no request to PyPI about pip itself
     )
-    reader = Reader(Path(python), "double-backward-reader")
+    bare, wheelhouse = (
+        os.environ.get(name)
+        for name in ("DOUBLE_BACKWARD_BARE_READER_PYTHON", "DOUBLE_BACKWARD_WHEELHOUSE")
+    )
+    reader = Reader(
+        Path(python),
+        "double-backward-reader",
+        Path(bare) if bare else None,
+        Path(wheelhouse) if wheelhouse else None,
+    )
     reader.uninstall()
     yield reader
     reader.uninstall()
@@ -165,12 +182,14 @@ class ReaderSite:
         found = self.reader.uninstall()
         page = self.html / "auto_examples" / f"{download.stem}.html"
         text = html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))
-        lines = set(re.findall(r"^pip install (\S+)$", text, flags=re.M))
-        if len(lines) != 1 or not next(iter(lines)).startswith(self.base_url + "/"):
+        lines = set(re.findall(r"^pip install (.+)$", text, flags=re.M))
+        expected = f"double-backward[pages] @ {self.base_url}/"
+        if len(lines) != 1 or not shlex.split(next(iter(lines)))[0].startswith(expected):
             return [*found, f"{page.name}: expected one install line from {self.base_url}, "
                             f"found {sorted(lines)}"]  # fmt: skip
         result = subprocess.run(
-            [self.reader.python, "-m", "pip", "install", "--quiet", *lines],
+            [self.reader.python, "-m", "pip", "install", "--quiet",
+             *shlex.split(next(iter(lines)))],
             capture_output=True, text=True,
         )  # fmt: skip
         if result.returncode:

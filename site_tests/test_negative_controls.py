@@ -149,8 +149,9 @@ def test_download_check_catches_rest_left_in_a_notebook(broken_site):
 def test_download_check_catches_a_script_without_the_function_its_page_shows(broken_site):
     path = next(broken_site.glob("_downloads/*/plot_03_*.py"))
     text = path.read_text()
-    assert "# class SinhBad(torch.autograd.Function):" in text
-    path.write_text(text.replace("# class SinhBad(", "# class Renamed("))
+    # The listing is code the reader can edit, not a comment.
+    assert "\nclass SinhBad(torch.autograd.Function):" in text
+    path.write_text(text.replace("\nclass SinhBad(", "\nclass Renamed("))
     problems = download_problems(broken_site)
     assert problems == [
         "plot_03_saving_intermediates.py: lacks code its page shows: "

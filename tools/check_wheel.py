@@ -41,13 +41,61 @@ def wheel_problems(wheel: Path, root: Path = ROOT) -> list[str]:
     if metadata["Name"] != project["name"] or metadata["Version"] != project["version"]:
         problems.append(f"metadata names {metadata['Name']} {metadata['Version']}")
 
-    def normalized(requirements: list[str]) -> set[str]:
-        return {str(Requirement(requirement)) for requirement in requirements}
+    problems += dependency_problems(
+        metadata.get_all("Requires-Dist") or [],
+        metadata.get_all("Provides-Extra") or [],
+        project,
+    )
+    if metadata.get("Description-Content-Type") != "text/markdown":
+        problems.append(
+            f"Description-Content-Type {metadata.get('Description-Content-Type')}"
+        )
+    readme = (root / project["readme"]).read_text()
+    if metadata.get_payload().strip() != readme.strip():
+        problems.append(f"the description is not {project['readme']}")
+    return problems
 
-    if normalized(metadata.get_all("Requires-Dist") or []) != normalized(
-        project["dependencies"]
-    ):
-        problems.append(f"Requires-Dist {metadata.get_all('Requires-Dist')}")
+
+# Python versions at which the markers are evaluated (setuptools is needed from 3.12 on).
+MARKER_PYTHONS = ("3.10", "3.12")
+
+
+def _selected(requirements: list[str], extra: str, python: str) -> set[str]:
+    """``name`` + specifier of each requirement a pip install with ``extra`` takes on ``python``."""
+    environment = {
+        "extra": extra,
+        "python_version": python,
+        "python_full_version": python + ".0",
+    }
+    return {
+        f"{req.name}{req.specifier}"
+        for req in map(Requirement, requirements)
+        if req.marker is None or req.marker.evaluate(environment)
+    }
+
+
+def dependency_problems(
+    requires_dist: list[str], provides_extra: list[str], project: dict
+) -> list[str]:
+    """Where the wheel's Requires-Dist and Provides-Extra differ from pyproject.toml."""
+    extras = project.get("optional-dependencies", {})
+    problems = []
+    if sorted(provides_extra) != sorted(extras):
+        problems.append(
+            f"Provides-Extra {sorted(provides_extra)}, expected {sorted(extras)}"
+        )
+    for python in MARKER_PYTHONS:
+        for extra in ["", *extras]:
+            expected = _selected(project["dependencies"], "", python)
+            if extra:
+                expected |= _selected(extras[extra], "", python)
+            found = _selected(requires_dist, extra, python)
+            if found != expected:
+                name = f"[{extra}]" if extra else "(no extra)"
+                problems.append(
+                    f"Requires-Dist {name} on Python {python}: {sorted(found)}, "
+                    f"expected {sorted(expected)}"
+                )
     return problems
 
 

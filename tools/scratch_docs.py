@@ -10,9 +10,9 @@ from pathlib import Path
 from sphinx_build import arguments
 
 ROOT = Path(__file__).resolve().parents[1]
-# The sources a docs build reads (pyproject.toml and README.md: the wheel the site serves);
+# The sources a docs build reads (pyproject.toml and README.pypi.md: the wheel the site serves);
 # build outputs are left behind.
-SOURCES = ("docs", "examples", "src", "pyproject.toml", "README.md")
+SOURCES = ("docs", "examples", "src", "pyproject.toml", "README.md", "README.pypi.md")
 _IGNORE = shutil.ignore_patterns(
     ".git",
     ".nox",

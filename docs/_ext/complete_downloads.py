@@ -35,7 +35,14 @@ from collections.abc import Callable
 from itertools import count
 from pathlib import Path
 
-from package_wheel import base_url, first_notebook_cell, install_command
+from editable_listings import PageListings
+from package_wheel import (
+    base_url,
+    first_notebook_cell,
+    install_command,
+    page_needs,
+    prerequisites_check,
+)
 from pygments.lexers import get_lexer_for_filename
 from pygments.util import ClassNotFound
 from repro_zipfile import ReproducibleZipFile
@@ -73,8 +80,10 @@ def _code_language(path: Path, options: dict[str, str]) -> str:
         return "text"
 
 
-def _included_code(env: BuildEnvironment, docname: str, match: re.Match) -> str:
-    """The fenced Markdown block showing what one ``literalinclude`` shows."""
+def _read_include(
+    env: BuildEnvironment, docname: str, match: re.Match
+) -> tuple[Path, dict[str, str], str]:
+    """The file, the options as written and the text of one ``literalinclude``."""
     raw = {m["name"]: m["value"].strip() for m in OPTION.finditer(match["options"])}
     options = {
         name: LiteralInclude.option_spec[name](value or None)
@@ -83,9 +92,15 @@ def _included_code(env: BuildEnvironment, docname: str, match: re.Match) -> str:
     }
     _, path = env.relfn2path(match["path"], docname)
     text, _ = LiteralIncludeReader(path, options, env.config).read()
+    return Path(path), raw, text
+
+
+def _included_code(env: BuildEnvironment, docname: str, match: re.Match) -> str:
+    """The fenced Markdown block showing what one ``literalinclude`` shows."""
+    path, raw, text = _read_include(env, docname, match)
     fence = "````" if "```" in text else "```"
     caption = f"*{raw['caption']}*\n\n" if raw.get("caption") else ""
-    language = _code_language(Path(path), raw)
+    language = _code_language(path, raw)
     return f"{caption}{fence}{language}\n{text.rstrip()}\n{fence}"
 
 
@@ -172,6 +187,29 @@ def to_markdown_parts(
     return ROLE.sub(role, LITERALINCLUDE.sub(include, rest))
 
 
+def split_listings(
+    app: Sphinx, docname: str, rest: str, page: PageListings
+) -> list[tuple[str, str | list[str]]]:
+    """``rest`` cut at each listing that becomes code: ("text", reST) and ("listing", cell).
+
+    A cell is a one-item list: a later cell may add a line to it (see ``PageListings``).
+    """
+    pieces: list[tuple[str, str | list[str]]] = []
+    start = 0
+    for match in LITERALINCLUDE.finditer(rest):
+        path, raw, text = _read_include(app.env, docname, match)
+        cell = page.define(path, raw, text)
+        if cell is None:
+            continue
+        pieces.append(("text", rest[start : match.start()]))
+        pieces.append(("listing", cell))
+        start = match.end()
+    pieces.append(("text", rest[start:]))
+    return [
+        (label, piece) for label, piece in pieces if label != "text" or piece.strip()
+    ]
+
+
 def _fill_in(markdown: str, blocks: dict[str, str]) -> str:
     for key, code in blocks.items():
         markdown = markdown.replace(key, code)
@@ -206,11 +244,33 @@ def write_downloads(app: Sphinx, source: Path, target: Path, docname: str) -> No
         for label, content, line in blocks
     ]
     all_blocks: dict[str, str] = {}
-    prepared = []
+    page = PageListings(
+        warn=lambda message: logger.warning(
+            "complete_downloads: %s %s", source.name, message, location=str(source)
+        )
+    )
+    # (label, content, line): "listing" is a code cell defining a listed object; its content is
+    # a one-item list, final once every cell has been read.
+    pending: list[tuple[str, str | list[str], int]] = []
     for label, content, line in blocks:
         if label == "text":
-            content = to_markdown_parts(app, docname, content, all_blocks)
-        prepared.append(py_source_parser.Block(label, content, line))
+            for piece_label, piece in split_listings(app, docname, content, page):
+                if piece_label == "text":
+                    piece = to_markdown_parts(app, docname, piece, all_blocks)
+                pending.append((piece_label, piece, line))
+        else:
+            pending.append((label, page.rewrite(content), line))
+    prepared = [
+        py_source_parser.Block(
+            "code" if label == "listing" else label,
+            content[0] if label == "listing" else content,
+            line,
+        )
+        for label, content, line in pending
+    ]
+    listing_cells = {
+        index for index, entry in enumerate(pending) if entry[0] == "listing"
+    }
 
     # The script: the docstring and text blocks as Markdown comments, the code as it is.
     heading_counter = count(start=1)
@@ -230,13 +290,19 @@ def write_downloads(app: Sphinx, source: Path, target: Path, docname: str) -> No
         "# repository (this build has no site address), then run it with python:\n"
         "#     pip install ."
     )
+    needs = page_needs(source.read_text())
+    check = prerequisites_check(needs, "script")
     parts = []
     for index, (label, content, _) in enumerate(prepared):
-        if label == "code":
+        if index in listing_cells:
+            parts.append("# %%\n" + content.strip("\n"))
+        elif label == "code":
             parts.append(content.strip("\n"))
         elif index == 0:
             docstring = markdown(content).strip().replace('"""', '\\"\\"\\"')
             parts.append(f'r"""\n{docstring}\n"""\n\n{run_it}')
+            if check:
+                parts.append(check.rstrip("\n"))
         else:
             parts.append("# %%\n" + _comment(markdown(content)))
     script = "\n\n".join(parts) + "\n"
@@ -247,7 +313,7 @@ def write_downloads(app: Sphinx, source: Path, target: Path, docname: str) -> No
     if target.suffix in gallery_conf["notebook_extensions"]:
         conf = {
             **copy.copy(gallery_conf),
-            "first_notebook_cell": first_notebook_cell(app),
+            "first_notebook_cell": first_notebook_cell(app, needs),
         }
         notebook = jupyter_notebook(prepared, conf, target.parent)
         for cell in notebook["cells"]:
@@ -277,7 +343,9 @@ def rewrite_zip(path: Path, read: Callable[[str, zipfile.ZipFile], bytes]) -> No
         names = sorted(info.filename for info in original.infolist())
         members = [(name, read(name, original)) for name in names]
     buffer = io.BytesIO()
-    with ReproducibleZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as rewritten:
+    with ReproducibleZipFile(
+        buffer, "w", compression=zipfile.ZIP_DEFLATED
+    ) as rewritten:
         for name, data in members:
             rewritten.writestr(name, data)
     write_if_changed(path, buffer.getvalue())

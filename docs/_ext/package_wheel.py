@@ -8,9 +8,15 @@ release there yet; installing the bare name would install whoever registers it).
   the timestamps, so two builds give byte-identical wheels; the wheel is cached by a digest of
   what goes into it;
 - copies it to ``wheels/`` in the HTML output;
-- writes ``pip install <html_baseurl>/wheels/<wheel>`` where readers need it: the notebooks'
-  first cell (:func:`first_notebook_cell`), a "Run it yourself" paragraph above every example's
-  download buttons, and the ``install-command`` directive (``docs/index.md``).
+- writes ``pip install "double-backward[pages] @ <html_baseurl>/wheels/<wheel>"`` (the package
+  with every extra the pages use, from that address: never PyPI) where readers need it: a "Run
+  it yourself" paragraph above every example's download buttons, the scripts' header and the
+  ``install-command`` directive (``docs/index.md``);
+- writes the notebooks' first cell (:func:`first_notebook_cell`): it installs that wheel unless
+  the same version is installed, stops with a message naming the address when pip fails, and
+  says which program the page needs is missing (Graphviz's ``dot``; a C++ compiler and the
+  Python headers on the C++ page), how to install it, and what runs without it; the scripts
+  start with the same check (:func:`prerequisites_check`).
 
 The base URL is ``html_baseurl`` (``conf.py`` takes Read the Docs' ``READTHEDOCS_CANONICAL_URL``;
 ``-D html_baseurl=...`` sets it anywhere). Without one the build says how to set it, the first cell
@@ -20,11 +26,14 @@ stops with a clear message and the pages say to install from a clone.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 from docutils import nodes
@@ -35,7 +44,7 @@ from sphinx.util.docutils import SphinxDirective
 logger = logging.getLogger(__name__)
 
 # What the wheel is built from, relative to the repository root.
-WHEEL_SOURCES = ("pyproject.toml", "README.md", "src")
+WHEEL_SOURCES = ("pyproject.toml", "README.pypi.md", "src")
 WHEELS_DIR = "wheels"  # in the HTML output
 DEFAULT_SOURCE_DATE_EPOCH = "315532800"  # 1980-01-01, the earliest time a zip can hold
 NO_BASE_URL_HELP = (
@@ -107,37 +116,209 @@ def base_url(app: Sphinx) -> str:
     return url if not url or url.endswith("/") else url + "/"
 
 
-def install_command(app: Sphinx) -> str | None:
-    """``pip install <url of the wheel>``, or None without a base URL."""
+EXTRA = (
+    "pages"  # every extra the pages use: graphs, plots, the C++ example's build tools
+)
+
+
+def wheel_url(app: Sphinx) -> str | None:
+    """The address of the wheel on the site, or None without a base URL."""
     url = base_url(app)
-    if not url:
-        return None
-    return f"pip install {url}{WHEELS_DIR}/{app.env.package_wheel_name}"
+    return f"{url}{WHEELS_DIR}/{app.env.package_wheel_name}" if url else None
 
 
-def first_notebook_cell(app: Sphinx) -> str:
-    """The notebooks' first cell: install the package from the site, unless it is there."""
-    command = install_command(app)
-    check = (
-        "import importlib.util\n\n"
-        'if importlib.util.find_spec("double_backward") is None:\n'
+def requirement(url: str) -> str:
+    """What pip installs: the package with the pages' extras, from ``url`` (never PyPI)."""
+    return f"double-backward[{EXTRA}] @ {url}"
+
+
+def install_command(app: Sphinx) -> str | None:
+    """``pip install "double-backward[pages] @ <url of the wheel>"``, or None without a base URL."""
+    url = wheel_url(app)
+    return None if url is None else f'pip install "{requirement(url)}"'
+
+
+# -- what a page needs besides Python packages -----------------------------------------------
+
+DOT = "dot"  # Graphviz's program: notebooks draw the graphs with it
+CPP = "cpp"  # a C++ compiler and the Python headers: the C++ extension example builds with them
+
+
+def page_needs(source: str) -> frozenset[str]:
+    """The programs an example's code needs, from the package modules it imports."""
+    needs = set()
+    if re.search(r"\bdouble_backward\.graph\b", source):
+        needs.add(DOT)
+    if re.search(r"\bdouble_backward\.functions\.cpp_extension\b", source):
+        needs.add(CPP)
+    return frozenset(needs)
+
+
+def _literals(text: str, indent: str) -> str:
+    """``text`` as adjacent Python string literals, one per line of about 80 columns.
+
+    A piece holding ``{...}`` is an f-string: the message may name what the check found.
+    """
+    pieces = []
+    for line in text.splitlines(keepends=True):
+        wrapped = textwrap.wrap(
+            line.rstrip("\n"), 76 - len(indent), drop_whitespace=False
+        )
+        wrapped = wrapped or [""]
+        wrapped[-1] += "\n" if line.endswith("\n") else ""
+        pieces += wrapped
+    return "\n".join(
+        indent + ("f" if "{" in piece else "") + json.dumps(piece, ensure_ascii=False)
+        for piece in pieces
     )
-    if command is None:
+
+
+def _print_if(condition: str, message: str) -> str:
+    return (
+        f"if {condition}:\n    print(\n"
+        + _literals(message, " " * 8)
+        + ",\n        file=sys.stderr,\n    )\n"
+    )
+
+
+DOT_INSTALL = (
+    "  Debian/Ubuntu: sudo apt-get install graphviz\n"
+    "  Fedora/RHEL:   sudo dnf install graphviz\n"
+    "  macOS:         brew install graphviz\n"
+    "  Windows:       winget install graphviz (then add its bin folder to PATH)\n"
+    "  conda:         conda install -c conda-forge graphviz"
+)
+CPP_WITHOUT = {
+    "notebook": "the cells that build or call the extension fail (unless a build is cached "
+    "in ~/.cache/double_backward or $DOUBLE_BACKWARD_CACHE_DIR); the other cells run.",
+    "script": "the script stops where it first builds the extension (unless a build is "
+    "cached in ~/.cache/double_backward or $DOUBLE_BACKWARD_CACHE_DIR).",
+}
+
+
+def _dot_check(kind: str) -> str:
+    without = (
+        "the cells that show a graph fail (graphviz.backend.ExecutableNotFound); every "
+        "other cell runs. Install it, then restart the kernel:"
+        if kind == "notebook"
+        else "this script runs whole without it: it builds the graphs but does not draw "
+        "them (graph.render() would need dot). To draw them, install it:"
+    )
+    return _print_if(
+        'shutil.which("dot") is None',
+        f"Graphviz's `dot` program is not on PATH: {without}\n{DOT_INSTALL}",
+    )
+
+
+def _cpp_check(kind: str) -> str:
+    compiler = (
+        "No C++ compiler: `{_compiler}` is not on PATH, and this page builds a C++ "
+        f"extension: {CPP_WITHOUT[kind]} Install one:\n"
+        "  Debian/Ubuntu: sudo apt-get install g++\n"
+        "  Fedora/RHEL:   sudo dnf install gcc-c++\n"
+        "  macOS:         xcode-select --install\n"
+        "  conda:         conda install -c conda-forge cxx-compiler\n"
+        "or set CXX to a compiler's path."
+    )
+    headers = (
+        "No Python headers: {_headers} does not exist, and this page builds a C++ "
+        f"extension against them: {CPP_WITHOUT[kind]} Install them:\n"
+        "  Debian/Ubuntu: sudo apt-get install python3-dev (or "
+        "python{sys.version_info.major}.{sys.version_info.minor}-dev)\n"
+        "  Fedora/RHEL:   sudo dnf install python3-devel\n"
+        "  macOS, conda, uv and pyenv Pythons ship them: reinstall that Python."
+    )
+    return (
+        '_compiler = os.environ.get("CXX") or "c++"  # what torch runs\n'
+        + _print_if("shutil.which(_compiler) is None", compiler)
+        + '_headers = Path(sysconfig.get_paths()["include"]) / "Python.h"\n'
+        + _print_if("not _headers.is_file()", headers)
+    )
+
+
+def prerequisites_check(needs: frozenset[str], kind: str) -> str:
+    """Code that says, before anything fails, which program the page needs is missing.
+
+    ``kind`` is "notebook" or "script": a script never draws its graphs, so it runs without
+    ``dot``, and says so. Empty when the page needs no program.
+    """
+    if not needs:
+        return ""
+    imports = ["import shutil", "import sys"]
+    if CPP in needs:
+        imports = ["import os", "import shutil", "import sys", "import sysconfig",
+                   "from pathlib import Path"]  # fmt: skip
+    checks = ([_dot_check(kind)] if DOT in needs else []) + (
+        [_cpp_check(kind)] if CPP in needs else []
+    )
+    return (
+        "# The programs this page needs besides Python packages, checked first.\n"
+        + "\n".join(imports) + "\n\n" + "\n".join(checks)
+    )  # fmt: skip
+
+
+def _install_code(app: Sphinx) -> str:
+    url = wheel_url(app)
+    if url is None:
         return (
             "# The double_backward package these examples import, installed from the site.\n"
-            + check
-            + "    raise RuntimeError(\n"
+            "import importlib.util\n\n"
+            'if importlib.util.find_spec("double_backward") is None:\n'
+            "    raise RuntimeError(\n"
             '        "This notebook was built without the address of its site, so it cannot "\n'
             '        "install the double_backward package. Download the notebook from the "\n'
             '        "published site, or install the package from a clone of the repository "\n'
             '        "(pip install .) and run this cell again."\n'
-            "    )"
+            "    )\n"
         )
+    version = app.env.package_wheel_name.split("-")[1]
     return (
-        "# The double_backward package these examples import, from the site (not PyPI).\n"
-        + check
-        + f"    %{command}"
+        "# The double_backward package these examples import, from the site (not PyPI), with\n"
+        "# the extras the pages use. The version this notebook was built with, no other.\n"
+        "import importlib\n"
+        "import importlib.metadata\n"
+        "import subprocess\n"
+        "import sys\n\n"
+        f'WHEEL = "{url}"\n'
+        f'VERSION = "{version}"\n'
+        "try:\n"
+        '    installed = importlib.metadata.version("double-backward")\n'
+        "except importlib.metadata.PackageNotFoundError:\n"
+        "    installed = None\n"
+        "if installed != VERSION:\n"
+        f'    requirement = f"double-backward[{EXTRA}] @ {{WHEEL}}"\n'
+        '    command = [sys.executable, "-m", "pip", "install", requirement]\n'
+        "    pip = subprocess.run(command, capture_output=True, text=True)\n"
+        "    if pip.returncode != 0:\n"
+        "        raise RuntimeError(\n"
+        '            f"pip could not install double_backward {VERSION} from {WHEEL} "\n'
+        '            f"(exit status {pip.returncode}):\\n{pip.stderr.strip()[-1500:]}\\n\\n"\n'
+        '            "Check that this address opens in a browser (the site may be down, or "\n'
+        '            "you may be offline or behind a proxy pip is not configured for). Or "\n'
+        '            "download the wheel from the site, run pip install '
+        f'\\"double-backward[{EXTRA}] @ <the downloaded file>\\" "\n'
+        '            "in this environment, and run this cell again."\n'
+        "        )\n"
+        "    importlib.invalidate_caches()\n"
+        '    now = importlib.metadata.version("double-backward")\n'
+        "    if now != VERSION:\n"
+        "        raise RuntimeError(\n"
+        '            f"{WHEEL} installed double_backward {now}, not {VERSION}: this notebook "\n'
+        '            "was built for another wheel. Download the notebook again from the site."\n'
+        "        )\n"
+        '    if installed is not None and "double_backward" in sys.modules:\n'
+        "        raise RuntimeError(\n"
+        '            f"double_backward {installed} was already imported in this kernel; "\n'
+        '            f"{VERSION} is now installed: restart the kernel and run this cell again."\n'
+        "        )\n"
     )
+
+
+def first_notebook_cell(app: Sphinx, needs: frozenset[str] = frozenset()) -> str:
+    """The notebooks' first cell: install the package from the site unless that version is
+    there (stopping with a message if pip fails), then check the programs the page needs."""
+    check = prerequisites_check(needs, "notebook")
+    return _install_code(app) + ("\n" + check if check else "")
 
 
 def _build(app: Sphinx) -> None:

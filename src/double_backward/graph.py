@@ -13,9 +13,15 @@ import re
 import warnings
 from collections.abc import Mapping
 
-import graphviz
 import torch
-import torchviz
+
+from ._extras import missing_extra
+
+try:
+    import graphviz
+    import torchviz
+except ImportError as error:  # the "graphs" extra
+    raise missing_extra("double_backward.graph (drawing graphs)", "graphs", error) from error
 
 __all__ = ["autograd_graph", "graph_legend"]
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from types import SimpleNamespace
 
 import pytest
 
 import complete_downloads
 from complete_downloads import LITERALINCLUDE, ROLE, _included_code
-from package_wheel import first_notebook_cell
+from package_wheel import first_notebook_cell, page_needs, prerequisites_check
 
 CPP = """#include <torch/extension.h>
 
@@ -86,15 +87,146 @@ def _app(base_url: str) -> SimpleNamespace:
     )
 
 
-def test_with_a_base_url_the_first_cell_installs_the_wheel_from_it():
+def test_with_a_base_url_the_first_cell_installs_the_wheel_from_it_with_the_pages_extras():
     cell = first_notebook_cell(_app("https://example.org/db"))
-    assert re.search(
-        r"^    %pip install https://example\.org/db/wheels/double_backward-0\.1\.0-py3-none-any"
-        r"\.whl$",
-        cell,
-        flags=re.M,
+    assert (
+        'WHEEL = "https://example.org/db/wheels/double_backward-0.1.0-py3-none-any.whl"'
+        in cell
     )
-    assert "double-backward" not in cell  # never the PyPI name
+    assert 'VERSION = "0.1.0"' in cell
+    # Never the bare PyPI name: only the name with the wheel's address.
+    assert 'f"double-backward[pages] @ {WHEEL}"' in cell
+    assert not re.search(r"\binstall\b[^\n]*double-backward(?!\[pages\] @)", cell)
+
+
+def _run_first_cell(
+    cell: str,
+    installed: str | None,
+    pip_status: int,
+    installed_by_pip: str = "0.1.0",
+    imported: bool = False,
+) -> list[list[str]]:
+    """Run the cell with the installed version and pip's exit status faked; pip's commands."""
+    import importlib.metadata
+    import subprocess
+
+    calls = []
+
+    def version(name: str) -> str:
+        if installed is None:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed
+
+    def run(command, **kwargs):
+        nonlocal installed
+        calls.append(command)
+        installed = installed_by_pip
+        return SimpleNamespace(returncode=pip_status, stderr="ERROR: 404 Not Found\n")
+
+    namespace: dict[str, object] = {}
+    # A fresh kernel, unless the test says the old version was imported.
+    modules = {**sys.modules, "double_backward": SimpleNamespace()}
+    if not imported:
+        del modules["double_backward"]
+    patches = (
+        (importlib.metadata, "version", version),
+        (subprocess, "run", run),
+        (sys, "modules", modules),
+    )
+    saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
+    try:
+        for module, name, value in patches:
+            setattr(module, name, value)
+        exec(compile(cell, "first cell", "exec"), namespace)
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
+    return calls
+
+
+def test_a_failed_install_stops_the_first_cell_naming_the_address_and_what_to_do():
+    cell = first_notebook_cell(_app("https://example.org/db"))
+    with pytest.raises(RuntimeError) as error:
+        _run_first_cell(cell, installed=None, pip_status=1)
+    message = str(error.value)
+    assert (
+        "https://example.org/db/wheels/double_backward-0.1.0-py3-none-any.whl"
+        in message
+    )
+    assert "404 Not Found" in message  # what pip said
+    assert "opens in a browser" in message and "download the wheel" in message
+
+
+@pytest.mark.parametrize(("installed", "installs"), [(None, True), ("0.0.9", True),
+                                                     ("0.1.0", False)])  # fmt: skip
+def test_only_the_version_the_notebook_was_built_with_stands(installed, installs):
+    cell = first_notebook_cell(_app("https://example.org/db"))
+    calls = _run_first_cell(cell, installed=installed, pip_status=0)
+    assert bool(calls) == installs
+
+
+def test_an_older_version_already_imported_asks_for_a_restart():
+    cell = first_notebook_cell(_app("https://example.org/db"))
+    with pytest.raises(
+        RuntimeError, match="0.0.9 was already imported .* restart the kernel"
+    ):
+        _run_first_cell(cell, installed="0.0.9", pip_status=0, imported=True)
+
+
+def test_a_wheel_of_another_version_stops_the_first_cell():
+    cell = first_notebook_cell(_app("https://example.org/db"))
+    with pytest.raises(
+        RuntimeError, match="installed double_backward 0.2.0, not 0.1.0"
+    ):
+        _run_first_cell(cell, installed=None, pip_status=0, installed_by_pip="0.2.0")
+
+
+def test_the_pages_that_draw_graphs_or_build_cpp_check_for_their_programs():
+    assert page_needs("from double_backward.graph import autograd_graph") == {"dot"}
+    assert page_needs(
+        "from double_backward.functions.cpp_extension import cube\n"
+        "from double_backward.graph import autograd_graph"
+    ) == {"dot", "cpp"}
+    assert page_needs("from double_backward import Square") == set()
+    assert prerequisites_check(frozenset(), "script") == ""
+    cell = first_notebook_cell(
+        _app("https://example.org/db"), frozenset({"dot", "cpp"})
+    )
+    assert 'shutil.which("dot")' in cell and "Python.h" in cell
+
+
+@pytest.mark.parametrize("kind", ["notebook", "script"])
+def test_without_dot_or_a_compiler_or_headers_the_check_says_how_to_install_each(
+    kind, monkeypatch, capsys, tmp_path
+):
+    import sysconfig
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no dot, no c++
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {"include": str(tmp_path)})
+    code = prerequisites_check(frozenset({"dot", "cpp"}), kind)
+    exec(compile(code, "check", "exec"), {})
+    message = capsys.readouterr().err
+    assert "Graphviz's `dot` program is not on PATH" in message
+    assert (
+        "sudo apt-get install graphviz" in message
+        and "brew install graphviz" in message
+    )
+    assert ("every other cell runs" if kind == "notebook" else "runs whole") in message
+    assert "No C++ compiler: `c++` is not on PATH" in message
+    assert "xcode-select --install" in message
+    assert f"No Python headers: {tmp_path / 'Python.h'} does not exist" in message
+    assert "python3-dev" in message and "python3-devel" in message
+
+
+def test_with_everything_present_the_check_says_nothing(capsys):
+    exec(
+        compile(
+            prerequisites_check(frozenset({"dot", "cpp"}), "notebook"), "c", "exec"
+        ),
+        {},
+    )
+    assert capsys.readouterr() == ("", "")
 
 
 def test_without_a_base_url_the_first_cell_stops_with_a_message_when_the_package_is_missing():
@@ -129,5 +261,6 @@ def test_a_page_stops_depending_on_its_rewritten_downloads_only(tmp_path):
         env, "auto_examples/plot_01", [gallery / "plot_01.py", gallery / "plot_01.zip"]
     )
     assert env.dependencies["auto_examples/plot_01"] == {
-        "../src/pkg/module.py", "auto_examples/images/a.svg"
+        "../src/pkg/module.py",
+        "auto_examples/images/a.svg",
     }

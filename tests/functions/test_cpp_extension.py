@@ -22,6 +22,7 @@ from double_backward.functions import cpp_extension
 from double_backward.functions.cpp_extension import (
     SUPPORTED_DTYPES,
     CompilerNotFoundError,
+    PythonHeadersNotFoundError,
     cube,
     cube_backward,
     cube_untracked,
@@ -253,6 +254,34 @@ def test_a_script_without_a_compiler_stops_with_the_message_not_a_build_log(tmp_
     # Stopped before torch ran a compiler or ninja: nothing was built.
     assert "ninja" not in result.stderr.lower()
     assert not any(tmp_path.iterdir())
+
+
+# -- missing Python headers -----------------------------------------------------------
+
+
+def test_missing_python_headers_say_how_to_install_them(monkeypatch, tmp_path):
+    # A Python whose include directory has no Python.h, as on Debian without python3-dev.
+    include = tmp_path / "include"
+    include.mkdir()
+    real_get_paths = cpp_extension.sysconfig.get_paths
+    monkeypatch.setattr(
+        cpp_extension.sysconfig,
+        "get_paths",
+        lambda *args, **kwargs: {**real_get_paths(*args, **kwargs), "include": str(include)},
+    )
+    with pytest.raises(PythonHeadersNotFoundError) as error:
+        cpp_extension.build_extension(tmp_path / "empty-cache")
+    message = str(error.value)
+    assert str(include / "Python.h") in message
+    assert "sudo apt-get install -y python3-dev" in message
+    assert "dnf install python3-devel" in message
+    assert str(tmp_path / "empty-cache") in message
+    assert not (tmp_path / "empty-cache").exists()  # stopped before any build
+
+
+def test_this_pythons_headers_are_where_the_check_looks():
+    # The C++ example builds here (the fixture above), so the check must accept this Python.
+    assert cpp_extension.python_headers().is_file()
 
 
 def test_a_cached_build_needs_no_compiler(extension, monkeypatch):

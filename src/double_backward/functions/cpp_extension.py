@@ -29,6 +29,7 @@ import os
 import platform
 import shutil
 import sys
+import sysconfig
 import time
 import warnings
 from pathlib import Path
@@ -36,12 +37,14 @@ from types import ModuleType
 
 import torch
 
+from .._extras import missing_extra
 from ._validation import check_real_tensor
 
 __all__ = [
     "SUPPORTED_DTYPES",
     "Build",
     "CompilerNotFoundError",
+    "PythonHeadersNotFoundError",
     "build_directory",
     "cache_dir",
     "cube",
@@ -61,6 +64,10 @@ _DONE_MARKER = "built-ok"
 
 class CompilerNotFoundError(RuntimeError):
     """No C++ compiler to build the extension with; the message says how to install one."""
+
+
+class PythonHeadersNotFoundError(RuntimeError):
+    """No ``Python.h`` to build the extension against; the message says how to install it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +138,28 @@ def _require_compiler(directory: Path) -> None:
         )
 
 
+def python_headers() -> Path:
+    """Where this Python's ``Python.h`` must be for the extension to build."""
+    return Path(sysconfig.get_paths()["include"]) / "Python.h"
+
+
+def _require_python_headers(directory: Path) -> None:
+    header = python_headers()
+    if not header.is_file():
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        raise PythonHeadersNotFoundError(
+            f"No Python headers to build the double_backward C++ extension: {header} "
+            "does not exist.\n"
+            "The extension is compiled against this Python's headers. Install them:\n"
+            f"  Debian/Ubuntu: sudo apt-get install -y python3-dev (or python{version}-dev)\n"
+            "  Fedora/RHEL:   sudo dnf install python3-devel\n"
+            "  macOS, Windows, conda, uv and pyenv Pythons ship them: reinstall that Python\n"
+            "The build is then cached in\n"
+            f"  {directory}\n"
+            f"(set {CACHE_DIR_VARIABLE} to move it)."
+        )
+
+
 def _import_library(path: Path, name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None, path
@@ -146,6 +175,7 @@ _SETUPTOOLS_ORDER_WARNINGS = (
 
 
 def _compile(directory: Path, name: str) -> ModuleType:
+    what = "Building the double_backward C++ extension"
     with warnings.catch_warnings():
         # torch's cpp_extension imports setuptools; when distutils came first (torchviz
         # imports it), the setuptools shim warns about the order. Harmless here, and printed
@@ -153,12 +183,18 @@ def _compile(directory: Path, name: str) -> ModuleType:
         # differently from one that found it cached.
         for message in _SETUPTOOLS_ORDER_WARNINGS:
             warnings.filterwarnings("ignore", message, UserWarning)
-        from torch.utils import cpp_extension
+        try:
+            from torch.utils import cpp_extension  # imports setuptools
+        except ImportError as error:  # the "cpp" extra (setuptools on Python 3.12+)
+            raise missing_extra(what, "cpp", error) from error
 
         if shutil.which("ninja") is None:
             # pip installs ninja into the environment's bin/, which is on PATH only when the
             # environment is activated; torch runs `ninja` by name.
-            import ninja
+            try:
+                import ninja
+            except ImportError as error:  # the "cpp" extra
+                raise missing_extra(what, "cpp", error) from error
 
             os.environ["PATH"] = os.pathsep.join(
                 [ninja.BIN_DIR, os.environ.get("PATH", "")]
@@ -176,7 +212,7 @@ def _compile(directory: Path, name: str) -> ModuleType:
 def build_extension(root: Path | None = None) -> Build:
     """Import the extension from the cache under ``root`` (default :func:`cache_dir`), building
     it there first if needed. Raises :class:`CompilerNotFoundError` when it must be built and
-    there is no compiler."""
+    there is no compiler, :class:`PythonHeadersNotFoundError` when there is no ``Python.h``."""
     directory = build_directory(root)
     name = _module_name(directory.name)
     library = directory / f"{name}.so"
@@ -185,6 +221,7 @@ def build_extension(root: Path | None = None) -> Build:
         module = _import_library(library, name)
         return Build(module, directory, time.perf_counter() - start, from_cache=True)
     _require_compiler(directory)
+    _require_python_headers(directory)
     module = _compile(directory, name)
     (directory / _DONE_MARKER).write_text(f"{name}\n")
     return Build(module, directory, time.perf_counter() - start, from_cache=False)

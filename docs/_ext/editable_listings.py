@@ -1,0 +1,378 @@
+"""The Functions a page shows, as code a reader can edit in its downloads.
+
+A page shows a Function of the package with ``literalinclude`` and ``:pyobject:``; its code cells
+then import it (``from double_backward import Square``). In the downloads, that listing becomes a
+code cell that defines the object, with the imports it needs, and the cells after it use that
+definition, so that editing ``ctx.save_for_backward(x)`` in the notebook changes what runs:
+
+- :func:`definition_cell`: the object's source as the page shows it, after the imports its code
+  needs, read from its module's ``ast``: the module's imports that bind a name the source uses
+  (relative imports made absolute) and the module's own names (helpers such as
+  ``check_real_tensor``) imported from it. Names defined by a listing earlier on the page are
+  left to that definition;
+- :class:`PageListings`: walks a page's cells in order, and rewrites the imports of each code
+  cell: a name that is a listed object (the same object, whatever module re-exports it) is
+  taken from the definition above, ``from double_backward import Square as OldSquare``
+  becoming ``OldSquare = Square``; ``module.Square`` becomes ``Square`` where ``module`` is
+  imported whole; a function of the package that calls a listed object (a wrapper such as
+  ``sinh``) is defined in the cell too, so that it calls the edited one.
+
+Only a whole top-level class or function (``:pyobject: Name``, no line selection) becomes code;
+other listings (a range of lines, a method, C++, a custom operator, which registers a global
+name) stay listings. What cannot be rewritten (a name imported again while a later listing of
+the same name hides it) is reported, so that a new page fails the build rather than ship a
+download whose edits change nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib
+import importlib.util
+import inspect
+import re
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# literalinclude options that keep the listing a whole definition.
+WHOLE_DEFINITION_OPTIONS = {"pyobject", "caption", "name", "class", "emphasize-lines",
+                            "linenos", "lineno-start", "language", "force"}  # fmt: skip
+PACKAGE = "double_backward"
+
+
+def module_name(path: Path) -> str | None:
+    """The dotted name of the module at ``path``, from the packages (``__init__.py``) it is in."""
+    path = path.resolve()
+    if path.suffix != ".py":
+        return None
+    parts = [] if path.name == "__init__.py" else [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts) if len(parts) > 1 or path.name == "__init__.py" else None
+
+
+@dataclass(frozen=True)
+class _Namespace:
+    """A module's top-level names: the import that binds each, or the module defining it."""
+
+    imports: dict[str, str]  # name -> "import x" / "from a import b as name"
+    definitions: dict[str, ast.stmt]  # name -> the def/class/assignment binding it
+    source: str
+
+
+def _import_line(module: str | None, name: str, asname: str | None) -> str:
+    alias = f" as {asname}" if asname and asname != name else ""
+    return f"from {module} import {name}{alias}" if module else f"import {name}{alias}"
+
+
+def namespace(module: str) -> _Namespace:
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin, module
+    source = Path(spec.origin).read_text()
+    package = module if spec.submodule_search_locations else module.rpartition(".")[0]
+    imports: dict[str, str] = {}
+    definitions: dict[str, ast.stmt] = {}
+
+    def visit(statements: list[ast.stmt]) -> None:
+        for node in statements:
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    bound = alias.asname or alias.name.partition(".")[0]
+                    imports[bound] = _import_line(None, alias.name, alias.asname)
+            elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                absolute = importlib.util.resolve_name(
+                    "." * node.level + (node.module or ""), package
+                ) if node.level else node.module  # fmt: skip
+                for alias in node.names:
+                    imports[alias.asname or alias.name] = _import_line(
+                        absolute, alias.name, alias.asname
+                    )
+            elif isinstance(
+                node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+            ):
+                definitions[node.name] = node
+            elif isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = (
+                    node.targets if isinstance(node, ast.Assign) else [node.target]
+                )
+                for target in targets:
+                    for name in ast.walk(target):
+                        if isinstance(name, ast.Name):
+                            definitions[name.id] = node
+            elif isinstance(node, ast.If | ast.Try):  # `if TYPE_CHECKING:`, fallbacks
+                visit(node.body)
+
+    visit(ast.parse(source).body)
+    return _Namespace(imports, definitions, source)
+
+
+# Decorators that register the object under a global name (torch.library.custom_op,
+# register_fake, ...): defining it again in a notebook that imported the package would raise.
+REGISTERING_DECORATOR = re.compile(r"\b(library|custom_op|register_\w+)\b")
+
+
+def _registers(node: ast.stmt) -> bool:
+    decorators = getattr(node, "decorator_list", [])
+    return any(REGISTERING_DECORATOR.search(ast.unparse(d)) for d in decorators)
+
+
+def _used_names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _definition_node(module: str, name: str) -> tuple[_Namespace, ast.stmt] | None:
+    space = namespace(module)
+    node = space.definitions.get(name)
+    if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return None
+    return space, node
+
+
+def definition_source(module: str, name: str) -> str | None:
+    """The source of the top-level class or function ``name`` of ``module``, decorators first."""
+    found = _definition_node(module, name)
+    if found is None:
+        return None
+    space, node = found
+    start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    return "\n".join(space.source.splitlines()[start - 1 : node.end_lineno])
+
+
+def needed_imports(
+    module: str, name: str, source: str, defined: dict[str, object]
+) -> list[str]:
+    """The import lines ``source`` (``name`` of ``module``) needs.
+
+    A name in ``defined`` (the page's definitions so far) is left to that definition when it
+    is the object the module means by it.
+    """
+    space = namespace(module)
+    imported = importlib.import_module(module)
+    used = {
+        n for n in _used_names(ast.parse(source)) - {name} - set(dir(builtins))
+        if not (n in defined and getattr(imported, n, None) is defined[n])
+    }  # fmt: skip
+    outside = [space.imports[n] for n in sorted(used) if n in space.imports]
+    own = sorted(n for n in used if n in space.definitions and n not in space.imports)
+    # Standard library, third party, the package: one line per module, as isort would.
+    groups: list[dict[str, list[str]]] = [{}, {}, {}]
+    for line in outside:
+        match = re.fullmatch(r"from (\S+) import (.+)", line)
+        imported_from = match[1] if match else line.split()[1]
+        top = imported_from.partition(".")[0]
+        group = groups[
+            2 if top == PACKAGE else 0 if top in sys.stdlib_module_names else 1
+        ]
+        group.setdefault(imported_from, []).append(match[2] if match else line)
+    if own:
+        groups[2].setdefault(module, []).extend(own)
+    lines: list[str] = []
+    for group in groups:
+        if group and lines:
+            lines.append("")
+        for imported_from in sorted(group):
+            names = group[imported_from]
+            plain = [n for n in names if n.startswith("import ")]
+            lines += sorted(set(plain))
+            names = sorted(set(names) - set(plain))
+            if names:
+                lines.append(f"from {imported_from} import {', '.join(names)}")
+    return lines
+
+
+@dataclass
+class Listing:
+    """One listed object: where it comes from, the object itself, the cell that defines it."""
+
+    module: str
+    name: str
+    obj: object
+    cell: list[
+        str
+    ]  # the cell's text, a one-item list so that aliases can be added later
+
+
+def _header(listing: Listing, text: str) -> str:
+    where = listing.module.replace(".", "/") + ".py"
+    return (
+        f"# `{listing.name}`, as in {where}, defined here:\n"
+        f"# edit it, and the cells below run your version.\n{text}"
+    )
+
+
+def _resolve(module: str, name: str) -> object:
+    imported = importlib.import_module(module)
+    if hasattr(imported, name):
+        return getattr(imported, name)
+    return importlib.import_module(f"{module}.{name}")
+
+
+@dataclass
+class PageListings:
+    """The listings of one page, in order, and the rewriting of the code cells that follow.
+
+    ``warn(message)`` is called for what cannot be rewritten.
+    """
+
+    warn: object
+    listings: list[Listing] = field(default_factory=list)
+    bindings: dict[str, Listing] = field(
+        default_factory=dict
+    )  # name -> current definition
+    module_aliases: dict[str, types.ModuleType] = field(default_factory=dict)
+
+    def define(
+        self, path: Path, options: dict[str, str], text: str
+    ) -> list[str] | None:
+        """A cell (as a one-item list) defining the listed object, or None to keep a listing."""
+        name = options.get("pyobject", "")
+        module = module_name(path)
+        if (
+            not module
+            or not module.startswith(PACKAGE)
+            or not re.fullmatch(r"[A-Za-z_]\w*", name)
+            or set(options) - WHOLE_DEFINITION_OPTIONS
+            or definition_source(module, name) is None
+        ):
+            return None
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            return None
+        if any(_registers(node) for node in tree.body):
+            return None
+        imports = needed_imports(module, name, text, self._defined())
+        listing = Listing(module, name, _resolve(module, name), [])
+        body = "\n".join(imports) + ("\n\n\n" if imports else "") + text.rstrip()
+        listing.cell.append(_header(listing, body))
+        self.listings.append(listing)
+        self.bindings[name] = listing
+        return listing.cell
+
+    def _defined(self) -> dict[str, object]:
+        return {name: listing.obj for name, listing in self.bindings.items()}
+
+    def _listing_of(self, obj: object) -> Listing | None:
+        for listing in reversed(self.listings):
+            if listing.obj is obj:
+                return listing
+        return None
+
+    def _calls_a_listing(self, obj: object) -> tuple[str, str] | None:
+        """(module, name) of a package function or class whose code uses a listed name."""
+        module = getattr(obj, "__module__", None)
+        name = getattr(obj, "__name__", None)
+        if not (isinstance(module, str) and module.startswith(PACKAGE) and name):
+            return None
+        if not (inspect.isfunction(obj) or inspect.isclass(obj)):
+            return None
+        source = definition_source(module, name)
+        if source is None:
+            return None
+        used = _used_names(ast.parse(source))
+        for listed, listing in self.bindings.items():
+            if listed in used and getattr(
+                importlib.import_module(module), listed, None
+            ) is (listing.obj):
+                return module, name
+        return None
+
+    def _from_import(self, node: ast.ImportFrom) -> list[str]:
+        """The lines replacing one ``from double_backward... import ...`` statement."""
+        kept, lines = [], []
+        for alias in node.names:
+            target = alias.asname or alias.name
+            obj = _resolve(node.module, alias.name)
+            listing = self._listing_of(obj)
+            if isinstance(obj, types.ModuleType):
+                self.module_aliases[target] = obj
+                kept.append(alias)
+            elif listing is not None:
+                if self.bindings.get(listing.name) is listing:
+                    if target != listing.name:
+                        lines.append(f"{target} = {listing.name}  # defined above")
+                elif target != listing.name:
+                    # A later listing of the same name hides it: name it where it is defined.
+                    listing.cell[0] += (
+                        f"\n\n\n{target} = {listing.name}  # the name the cells below use"
+                    )
+                else:
+                    self.warn(
+                        f"imports {node.module}.{alias.name}, whose listing above is hidden "
+                        f"by another `{listing.name}`; import it under another name"
+                    )
+                    kept.append(alias)
+            elif (where := self._calls_a_listing(obj)) is not None:
+                module, name = where
+                source = definition_source(module, name)
+                imports = needed_imports(module, name, source, self._defined())
+                lines.append(
+                    f"# `{name}`, as in {module.replace('.', '/')}.py, defined here\n"
+                    "# so that it uses the definitions above.\n"
+                    + "\n".join(imports)
+                    + ("\n\n\n" if imports else "")
+                    + source
+                )
+                if target != name:
+                    lines.append(f"{target} = {name}")
+            else:
+                kept.append(alias)
+        if kept:
+            names = ", ".join(
+                a.name + (f" as {a.asname}" if a.asname else "") for a in kept
+            )
+            lines.insert(0, f"from {node.module} import {names}")
+        return lines
+
+    def rewrite(self, code: str) -> str:
+        """A code cell with its imports of listed objects taken from the definitions above."""
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            return code
+        lines = code.splitlines()
+        for node in reversed(tree.body):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith(PACKAGE):
+                        bound = alias.asname or alias.name.partition(".")[0]
+                        self.module_aliases[bound] = importlib.import_module(
+                            alias.name if alias.asname else alias.name.partition(".")[0]
+                        )
+            elif (
+                isinstance(node, ast.ImportFrom)
+                and node.level == 0
+                and (node.module or "").startswith(PACKAGE)
+            ):
+                new = self._from_import(node)
+                unchanged = [
+                    f"from {node.module} import "
+                    + ", ".join(a.name + (f" as {a.asname}" if a.asname else "")
+                                for a in node.names)
+                ]  # fmt: skip
+                if new != unchanged:
+                    end = node.end_lineno
+                    if (
+                        not new
+                        and 0 < node.lineno - 1
+                        and end < len(lines)
+                        and not (lines[node.lineno - 2].strip() or lines[end].strip())
+                    ):
+                        end += 1  # no double blank line where the import was
+                    lines[node.lineno - 1 : end] = "\n".join(new).splitlines()
+        code = "\n".join(lines)
+        # module.Name, where module is imported whole and Name is defined above.
+        for alias, module in self.module_aliases.items():
+            for name, listing in self.bindings.items():
+                if getattr(module, name, None) is listing.obj:
+                    code = re.sub(
+                        rf"(?<![\w.]){re.escape(alias)}\.{re.escape(name)}\b",
+                        name,
+                        code,
+                    )
+        return code

@@ -458,13 +458,9 @@ for name, norm in (("F.layer_norm", F.layer_norm), ("LayerNorm", layer_norm)):
 # in every round; the figure is the median of the per-round ratios custom / native.
 # *Double backward* is forward, a ``create_graph=True`` backward and a Hessian-vector product
 # with respect to every input.
-import json
-from importlib import resources
+from double_backward.costs import load_measurements
 
-text = resources.files("double_backward").joinpath(
-    "measurements", "softmax_layer_norm.json"
-)
-measured = json.loads(text.read_text(encoding="utf-8"))
+measured = load_measurements("softmax_layer_norm")
 machine, settings = measured["machine"], measured["settings"]
 print(f"measured {measured['date']} on {machine['cpu']}, {machine['cores']} cores (shared), "
       f"torch {machine['torch']}, {settings['dtype']}, {settings['threads']} thread, "

@@ -699,5 +699,5 @@ def test_the_committed_attention_measurements_are_at_the_issues_shape_and_target
 
 
 def test_load_measurements_refuses_an_unknown_name():
-    with pytest.raises(ValueError, match="must be 'functions' or 'attention', got 'x'"):
+    with pytest.raises(ValueError, match=r"must be one of \[.*'attention'.*\], got 'x'"):
         load_measurements("x")

@@ -43,6 +43,7 @@ DATA_DIR = Path(__file__).parents[1] / "_data"
 PRODUCTS = {
     "compatibility_matrix": "compatibility_matrix:measure",
     "error_index": "error_index:measure",
+    "builtins": "builtins_table:measure",  # a scan of minutes: committed_or_measured
 }
 
 

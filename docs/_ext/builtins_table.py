@@ -335,9 +335,9 @@ def _conditions(trials: list[dict]) -> list[str]:
 
 def _index_titles() -> dict[str, str]:
     """Error index title by message, for the messages the index raises itself."""
-    from error_index import captured_messages
+    from error_index import raised_messages
 
-    return {message: title for title, message in captured_messages()}
+    return {message: title for title, message in raised_messages().items()}
 
 
 def _slug(title: str) -> str:
@@ -353,7 +353,8 @@ NO_FIX = (
 
 
 def _trials(measurement: Measurement, op: str) -> list[dict]:
-    """The trials of ``op`` in one release, as dicts (op, condition, dtype, error)."""
+    """The trials of ``op`` in one release, as dicts (op, condition, dtype, error), in the
+    order the scan runs them (the JSON keeps its cells sorted as text: "16 rows" before "5")."""
     trials = []
     for cell, error in measurement.results.items():
         trial_op, condition, dtype = split_cell(cell)
@@ -361,7 +362,18 @@ def _trials(measurement: Measurement, op: str) -> list[dict]:
             trials.append(
                 {"op": op, "condition": condition, "dtype": dtype, "error": error}
             )
-    return trials
+    return sorted(trials, key=_scan_order)
+
+
+def _scan_order(trial: dict) -> tuple:
+    probes = [(op, condition) for op, condition, _ in PROBES]
+    probe = (trial["op"], trial["condition"])
+    dtype = trial["dtype"]
+    return (
+        probes.index(probe) if probe in probes else len(probes),
+        trial["condition"],
+        DTYPES.index(dtype) if dtype in DTYPES else len(DTYPES),
+    )
 
 
 def _failing_ops(measurement: Measurement) -> set[str]:
@@ -460,14 +472,20 @@ def _changes(measurements: dict[str, Measurement]) -> list[str]:
     cells = [set(m.results) for m in measurements.values()]
     in_some = set().union(*cells) - set.intersection(*cells)
     if changed:
-        lines += [f"{len(changed)} trials differ:", ""]
-        for cell, values in sorted(changed.items()):
+        lines += [f"{len(changed)} trials differ, by op and change:", ""]
+        # (op, each release's result) -> the trials that changed so
+        groups: dict[tuple, list[dict]] = {}
+        for cell, values in changed.items():
             op, condition, dtype = split_cell(cell)
+            trial = {"op": op, "condition": condition, "dtype": dtype, "error": None}
+            groups.setdefault((op, tuple(values.items())), []).append(trial)
+        for (op, values), trials in sorted(groups.items()):
             shown = "; ".join(
                 f"torch {torch}: " + (f"`{_escape(error)}`" if error else "passes")
-                for torch, error in values.items()
+                for torch, error in values
             )
-            lines.append(f"- `{op}`, {condition}, {dtype}: {shown}")
+            where = "; ".join(_conditions(sorted(trials, key=_scan_order)))
+            lines.append(f"- `{op}`, {where}. {shown}.")
     else:
         lines.append(
             "No trial run in every release differs between torch "

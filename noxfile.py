@@ -130,7 +130,7 @@ def tests_torch(session: nox.Session, torch: str) -> None:
 
 @nox.session(venv_backend="none")
 def matrix(session: nox.Session) -> None:
-    """Measure the matrix and error index on a torch release, to commit: `-- 2.14.1`.
+    """Measure the matrix, error index and built-ins on a torch release, to commit: `-- 2.14.1`.
 
     Writes docs/_data/<name>/torch-<release>.json; without arguments, for every tested
     release. The docs build shows them beside the installed torch's."""

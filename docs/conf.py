@@ -44,7 +44,7 @@ extensions = [
     "page_descriptions",  # in _ext/: a meta description on every page
     "error_index",  # in _ext/: the error table, from messages raised at build time
     "compatibility_matrix",  # in _ext/: every Function under every transform, run at build time
-    "builtins_table",  # in _ext/: built-ins whose double backward raises, cached per torch version
+    "builtins_table",  # in _ext/: built-ins whose double backward raises, per torch release
 ]
 exclude_patterns = [
     "_build",

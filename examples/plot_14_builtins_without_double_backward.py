@@ -6,11 +6,12 @@ Most double-backward failures readers meet are not in a Function they wrote: the
 built-in inside the model they already have. On the CPU, ``F.scaled_dot_product_attention``
 runs a kernel whose backward cannot be differentiated, so a gradient penalty through attention
 raises (through ``nn.TransformerEncoderLayer`` too, in eval mode or trained without dropout);
-``torch.cdist`` raises below 26 rows. This page runs an R1 gradient penalty on a
-small transformer discriminator, sees it fail, lets :func:`double_backward.check_model` name the
-layer, and fixes it twice: with torch's MATH backend, and with
-``double_backward.ops.scaled_dot_product_attention``, a custom Function built the way the
-earlier pages teach. Then cdist's size trap, and the table of every built-in that raises.
+``torch.cdist`` raises below 26 rows in torch 2.13 (2.14.1 has its double backward). This
+page runs an R1 gradient penalty on a small transformer discriminator, sees it fail, lets
+:func:`double_backward.check_model` name the layer, and fixes it twice: with torch's MATH
+backend, and with ``double_backward.ops.scaled_dot_product_attention``, a custom Function
+built the way the earlier pages teach. Then cdist's size trap, and the table of every
+built-in that raises.
 """
 
 # %%
@@ -211,7 +212,9 @@ for kind, label in [("forward_backward", "forward + backward"),
 # -----------------
 # ``torch.cdist`` with p = 2 switches kernel by size: from 26 rows on it computes distances
 # through a matrix product, whose double backward exists; below, a direct kernel whose backward
-# ``_cdist_backward`` has none. A penalty that passes at batch 32 fails at batch 16.
+# ``_cdist_backward`` has none. A penalty that passes at batch 32 fails at batch 16. That is
+# torch 2.13, which builds this page; torch 2.14.1 differentiates ``_cdist_backward``, and the
+# penalty runs at every size (:doc:`/builtins` compares the releases' scans).
 
 
 def metric_penalty(batch, **kwargs):
@@ -250,9 +253,9 @@ print("batch 16, ops.cdist with p = 1: penalty backward ran")
 # The table
 # ---------
 # These two are not alone. :doc:`/builtins` lists every built-in whose double backward raises
-# in the installed torch, found by running a gradient penalty through each op of torch's OpInfo
-# database, in float64 and float32, with the condition and the fix for each. A few of its rows,
-# run again here:
+# in each tested torch release, found by running a gradient penalty through each op of torch's
+# OpInfo database, in float64 and float32, with the condition and the fix for each. A few of
+# its rows, run again here:
 import torch.nn.functional as F
 
 rows = {

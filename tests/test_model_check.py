@@ -7,6 +7,8 @@ a Hessian-vector product compared with finite differences written out in this fi
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -90,8 +92,26 @@ class MetricHead(nn.Module):
         return -torch.cdist(z, z.flip(0))
 
 
+def _cdist_penalty_raises() -> bool:
+    """Whether the installed torch's cdist on 5 points raises under a gradient penalty:
+    torch 2.13.0's does, 2.14.1 has its double backward."""
+    try:
+        gradient_penalty(lambda a: torch.cdist(a, a + 1), torch.randn(5, 3))
+    except NotImplementedError:
+        return True
+    return False
+
+
+CDIST_RAISES = _cdist_penalty_raises()
+
+
 def test_cdist_on_five_points_raises_where_it_is_called():
     model, x = MetricHead(), torch.randn(5, 4)
+    if not CDIST_RAISES:  # a torch with cdist's double backward: nothing breaks
+        gradient_penalty(model, x)
+        assert hvp_matches_finite_differences(copy.deepcopy(model).double(), x)
+        assert check_model(model, x).ok
+        return
     with pytest.raises(NotImplementedError, match="_cdist_backward"):
         gradient_penalty(model, x)
     report = check_model(model, x)
@@ -263,7 +283,7 @@ def test_a_plain_callable_is_checked_with_respect_to_its_inputs():
 
 def test_a_plain_callable_with_cdist_raises_in_the_model_itself():
     report = check_model(lambda a: torch.cdist(a, a + 1), torch.randn(4, 2))
-    assert [b.module for b in report.breaks] == [""]
+    assert [b.module for b in report.breaks] == ([""] if CDIST_RAISES else [])
 
 
 def test_report_prints_the_verdict_first_then_one_entry_per_break():

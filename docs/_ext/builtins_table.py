@@ -10,18 +10,21 @@ An op that raises in that second step gets a row: the first line of the error, w
 happens, and the fix (from :data:`double_backward.model_check.FIXES`, the one source the
 model checker reads too).
 
-The scan takes minutes, so its result is kept as JSON, one file per torch version, with the
-version and the date inside (``docs/_data/builtins/torch-<version>.json``, committed). A build
-reads the file for the installed torch; only when there is none does it scan, and write it.
-The table is written to ``_generated/builtins_table.md``, which ``builtins.md`` includes.
+The scan is a product of :mod:`versioned_results` named ``builtins``: :func:`measure` returns
+every trial as a cell (``"op | condition | dtype"`` -> the first line of its error, or
+``None`` where the penalty ran). It takes minutes, so a build does not repeat it: it reads the
+committed ``docs/_data/builtins/torch-<release>.json`` of every tested release
+(:func:`versioned_results.committed_or_measured`) and scans only for an installed release
+without one. ``nox -s matrix -- 2.14.1`` writes a release's file with the other products'.
+The table is written to ``_generated/builtins_table.md``, which ``builtins.md`` includes:
+one column per release, the cells that changed between releases, then each op's errors.
 
-Run ``python docs/_ext/builtins_table.py`` to scan again and rewrite the JSON.
+Run ``python docs/_ext/builtins_table.py`` to scan the installed torch again and rewrite its
+JSON.
 """
 
 from __future__ import annotations
 
-import datetime
-import json
 import sys
 import time
 import warnings
@@ -30,12 +33,13 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
-DATA_DIR = Path(__file__).parent.parent / "_data" / "builtins"
+from versioned_results import Measurement, changed_cells, committed_or_measured
+
+NAME = "builtins"  # its files: docs/_data/builtins/torch-<release>.json
 DTYPES = ("float64", "float32")
 # OpInfo samples tried per op and dtype: the first few say whether the op's double backward
 # raises; more only multiply the minutes the scan takes.
 SAMPLES_PER_OP = 4
-FORMAT = 1  # bump when the JSON's layout changes, so an old file is scanned again
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,21 @@ class Trial:
     condition: str
     dtype: str
     error: str | None
+
+    @property
+    def cell(self) -> str:
+        return cell_key(self.op, self.condition, self.dtype)
+
+
+def cell_key(op: str, condition: str, dtype: str) -> str:
+    """A trial's key in the results: ``"cdist | p = 2, 5 rows | float64"``."""
+    return f"{op} | {condition} | {dtype}"
+
+
+def split_cell(cell: str) -> tuple[str, str, str]:
+    """``(op, condition, dtype)`` of a cell key (conditions hold no " | ")."""
+    op, condition, dtype = cell.split(" | ")
+    return op, condition, dtype
 
 
 def first_line(error: BaseException) -> str:
@@ -143,7 +162,8 @@ def _opinfo_trials(op_info, dtype_name: str) -> Iterator[Trial]:
             samples = list(op_info.sample_inputs("cpu", dtype, requires_grad=True))
     except Exception:  # noqa: BLE001 - a sample generator that fails here gives no row
         return
-    for sample in samples[:SAMPLES_PER_OP]:
+    # Numbered, as two samples may have the same shape: each is its own cell.
+    for number, sample in enumerate(samples[:SAMPLES_PER_OP], start=1):
         wrt = [
             t for t in _floats([sample.input, sample.args, sample.kwargs])
             if t.requires_grad and t.is_leaf
@@ -152,7 +172,7 @@ def _opinfo_trials(op_info, dtype_name: str) -> Iterator[Trial]:
             continue
         shape = tuple(sample.input.shape) if hasattr(sample.input, "shape") else ()
         yield _try(
-            name, f"OpInfo sample, input shape {shape}", dtype_name,
+            name, f"OpInfo sample {number}, input shape {shape}", dtype_name,
             lambda sample=sample: op_info(sample.input, *sample.args, **sample.kwargs), wrt,
         )  # fmt: skip
 
@@ -266,10 +286,11 @@ def _probe_trials(dtype_name: str) -> Iterator[Trial]:
         yield _try(op, condition, dtype_name, call, wrt)
 
 
-def scan(progress: Callable[[str], None] = lambda _: None) -> dict:
-    """Every trial's result, as the JSON the cache keeps."""
-    import torch
-
+def measure(progress: Callable[[str], None] = lambda _: None) -> tuple[dict, dict]:
+    """Every trial with the installed torch: ``(results, about)`` for
+    :mod:`versioned_results`. ``results``: cell -> the first line of its error, ``None``
+    where the penalty ran (passes are kept: a later release raising there is a change);
+    ``about``: how many ops and trials, and the seconds the scan took."""
     started = time.perf_counter()
     trials: list[Trial] = []
     for dtype_name in DTYPES:
@@ -280,44 +301,15 @@ def scan(progress: Callable[[str], None] = lambda _: None) -> dict:
             progress(f"op {number} of {len(op_db)}")
         for dtype_name in DTYPES:
             trials += _opinfo_trials(op_info, dtype_name)
-    failing_ops = {trial.op for trial in trials if trial.error}
-    return {
-        "format": FORMAT,
-        "torch": torch_version(),
-        "torch_build": torch.__version__,
-        "date": datetime.date.today().isoformat(),
-        "machine": "CPU only",
+    results = {trial.cell: trial.error for trial in trials}
+    if len(results) != len(trials):
+        raise AssertionError("builtins_table: two trials share a cell key")
+    about = {
         "ops_tried": len({trial.op for trial in trials}),
         "trials": len(trials),
         "seconds": round(time.perf_counter() - started),
-        # Every trial of the ops that raised at least once: the passes show the other side of
-        # the condition. ``error`` is null where the penalty ran.
-        "trials_of_failing_ops": [
-            trial.__dict__ for trial in trials if trial.op in failing_ops
-        ],
     }
-
-
-def torch_version() -> str:
-    """The installed torch's public version (``2.13.0``; the scan runs on the CPU only)."""
-    return version("torch").split("+")[0]
-
-
-def cache_path(torch_version: str) -> Path:
-    return DATA_DIR / f"torch-{torch_version}.json"
-
-
-def load_or_scan(torch_version: str, progress: Callable[[str], None]) -> dict:
-    """The cached scan for ``torch_version``, made (and written) when missing or stale."""
-    path = cache_path(torch_version)
-    if path.exists():
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("format") == FORMAT and data.get("torch") == torch_version:
-            return data
-    data = scan(progress)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    return data
+    return results, about
 
 
 # -- rendering ----------------------------------------------------------------------------
@@ -343,9 +335,9 @@ def _conditions(trials: list[dict]) -> list[str]:
 
 def _index_titles() -> dict[str, str]:
     """Error index title by message, for the messages the index raises itself."""
-    from error_index import captured_messages
+    from error_index import raised_messages
 
-    return {message: title for title, message in captured_messages()}
+    return {message: title for title, message in raised_messages().items()}
 
 
 def _slug(title: str) -> str:
@@ -360,69 +352,178 @@ NO_FIX = (
 )
 
 
-def render(data: dict, fixes: dict[str, str], titles: dict[str, str]) -> str:
-    """The table (each op and its fix), then each op's error and conditions, in a section."""
-    trials = data["trials_of_failing_ops"]
-    ops = sorted({trial["op"] for trial in trials})
-    lines = [
-        f"Measured with torch {data['torch']} on {data['date']} ({data['machine']}): "
-        f"{data['trials']} gradient penalties over {data['ops_tried']} ops, in "
-        f"{data['seconds']} s; {len(ops)} ops raised.",
-        "",
-        "| Op (its error and conditions below) | Fix |",
-        "|---|---|",
-    ]
-    sections = []
-    for number, op in enumerate(ops, start=1):
-        mine = [trial for trial in trials if trial["op"] == op]
-        fix = fixes[op].replace("|", "\\|") if op in fixes else NO_FIX
-        errors = sorted({trial["error"] for trial in mine if trial["error"]})
-        lines.append(f"| [`{op}`](#builtin-{number}) | {fix} |")
-        passes = _conditions([trial for trial in mine if not trial["error"]])
-        sections += ["", f"(builtin-{number})=", f"### `{op}`", ""]
-        for error in errors:
-            raises = _conditions([trial for trial in mine if trial["error"] == error])
-            index = (
-                f" Error index: [{titles[error]}](project:errors.md#{_slug(titles[error])})."
-                if error in titles else ""
-            )  # fmt: skip
-            sections += [
-                f"```text\n{error}\n```",
-                "",
-                f"- **Raises:** {'; '.join(raises)}.{index}",
-            ]
-        sections += [
-            f"- **Passes:** {'; '.join(passes) or 'no other condition tried'}.",
-            f"- **Fix:** {fix}.",
-        ]
+def _trials(measurement: Measurement, op: str) -> list[dict]:
+    """The trials of ``op`` in one release, as dicts (op, condition, dtype, error), in the
+    order the scan runs them (the JSON keeps its cells sorted as text: "16 rows" before "5")."""
+    trials = []
+    for cell, error in measurement.results.items():
+        trial_op, condition, dtype = split_cell(cell)
+        if trial_op == op:
+            trials.append(
+                {"op": op, "condition": condition, "dtype": dtype, "error": error}
+            )
+    return sorted(trials, key=_scan_order)
+
+
+def _scan_order(trial: dict) -> tuple:
+    probes = [(op, condition) for op, condition, _ in PROBES]
+    probe = (trial["op"], trial["condition"])
+    dtype = trial["dtype"]
     return (
-        "\n".join([*lines, "", "## Each op: the error, where it raises", *sections])
-        + "\n"
+        probes.index(probe) if probe in probes else len(probes),
+        trial["condition"],
+        DTYPES.index(dtype) if dtype in DTYPES else len(DTYPES),
     )
 
 
+def _failing_ops(measurement: Measurement) -> set[str]:
+    return {split_cell(cell)[0] for cell, error in measurement.results.items() if error}
+
+
+def _summary(trials: list[dict]) -> str:
+    """An op's cell in one release's column: how many of its trials raised."""
+    if not trials:
+        return "not tried"
+    raised = sum(1 for trial in trials if trial["error"])
+    if raised:
+        return f"raised in {raised} of {len(trials)} trials"
+    return f"passed all {len(trials)} trials"
+
+
+def _where_measured(torch: str, measurement: Measurement) -> str:
+    about = measurement.about
+    counts = (
+        f", {about['trials']} gradient penalties over {about['ops_tried']} ops in "
+        f"{about['seconds']} s"
+        if {"trials", "ops_tried", "seconds"} <= about.keys()
+        else ""
+    )
+    return (
+        f"torch {torch}: measured {measurement.measured}{counts}; "
+        f"{len(_failing_ops(measurement))} ops raised"
+    )
+
+
+def _op_block(trials: list[dict], titles: dict[str, str]) -> list[str]:
+    """One release's errors of an op, each with where it raised, then where it passed."""
+    lines = []
+    for error in sorted({trial["error"] for trial in trials if trial["error"]}):
+        raises = _conditions([trial for trial in trials if trial["error"] == error])
+        index = (
+            f" Error index: [{titles[error]}](project:errors.md#{_slug(titles[error])})."
+            if error in titles else ""
+        )  # fmt: skip
+        lines += [
+            f"```text\n{error}\n```",
+            "",
+            f"- **Raises:** {'; '.join(raises)}.{index}",
+        ]
+    passes = _conditions([trial for trial in trials if not trial["error"]])
+    lines.append(f"- **Passes:** {'; '.join(passes) or 'no other condition tried'}.")
+    return lines
+
+
+def render(
+    measurements: dict[str, Measurement], fixes: dict[str, str], titles: dict[str, str]
+) -> str:
+    """The table (each op: how often it raised in each torch release, and its fix), the
+    trials that changed between releases, then each op's errors and conditions."""
+    releases = list(measurements)
+    ops = sorted(set().union(*(_failing_ops(m) for m in measurements.values())))
+    lines = [
+        "On the CPU. "
+        + ". ".join(_where_measured(torch, m) for torch, m in measurements.items())
+        + ". A release's column counts the op's trials that raised there.",
+        "",
+        "| Op (its error and conditions below) | "
+        + " | ".join(f"torch {torch}" for torch in releases)
+        + " | Fix |",
+        "|---" * (len(releases) + 2) + "|",
+    ]
+    sections = []
+    for number, op in enumerate(ops, start=1):
+        fix = fixes[op].replace("|", "\\|") if op in fixes else NO_FIX
+        by_release = {torch: _trials(m, op) for torch, m in measurements.items()}
+        counts = " | ".join(_summary(trials) for trials in by_release.values())
+        lines.append(f"| [`{op}`](#builtin-{number}) | {counts} | {fix} |")
+        sections += ["", f"(builtin-{number})=", f"### `{op}`", ""]
+        blocks: dict[str, list[str]] = {}  # a block -> the releases that show it
+        for torch, trials in by_release.items():
+            block = "\n".join(_op_block(trials, titles)) if trials else "Not tried."
+            blocks.setdefault(block, []).append(torch)
+        for block, torches in blocks.items():
+            if len(releases) > 1:
+                sections += [f"**torch {' and '.join(torches)}:**", ""]
+            sections += [block, ""]
+        sections.append(f"- **Fix:** {fix}.")
+    return (
+        "\n".join([*lines, "", *_changes(measurements), "",
+                   "## Each op: the error, where it raises", *sections])
+        + "\n"
+    )  # fmt: skip
+
+
+def _changes(measurements: dict[str, Measurement]) -> list[str]:
+    """The trials whose result differs between the releases that ran them."""
+    lines = ["## What changed between torch releases", ""]
+    if len(measurements) == 1:
+        return [*lines, "One torch release measured: nothing to compare."]
+    changed = changed_cells(measurements)
+    cells = [set(m.results) for m in measurements.values()]
+    in_some = set().union(*cells) - set.intersection(*cells)
+    if changed:
+        lines += [f"{len(changed)} trials differ, by op and change:", ""]
+        # (op, each release's result) -> the trials that changed so
+        groups: dict[tuple, list[dict]] = {}
+        for cell, values in changed.items():
+            op, condition, dtype = split_cell(cell)
+            trial = {"op": op, "condition": condition, "dtype": dtype, "error": None}
+            groups.setdefault((op, tuple(values.items())), []).append(trial)
+        for (op, values), trials in sorted(groups.items()):
+            shown = "; ".join(
+                f"torch {torch}: " + (f"`{_escape(error)}`" if error else "passes")
+                for torch, error in values
+            )
+            where = "; ".join(_conditions(sorted(trials, key=_scan_order)))
+            lines.append(f"- `{op}`, {where}. {shown}.")
+    else:
+        lines.append(
+            "No trial run in every release differs between torch "
+            + " and ".join(measurements) + "."
+        )  # fmt: skip
+    if in_some:
+        lines += [
+            "",
+            f"{len(in_some)} trials ran in some releases only (OpInfo's ops and sample "
+            "inputs differ between releases, or a trial was added since a measurement) "
+            "and are not compared.",
+        ]
+    return lines
+
+
 def _write_table(app) -> None:
-    # Reading the cache is instant; scanning (only for a torch without a committed file)
-    # takes minutes, and says so.
+    # Reading the committed files is instant; scanning (only for an installed torch without
+    # a committed file) takes minutes, and says so.
     from source_digest import digest, regenerate
     from sphinx.util import logging
+    from versioned_results import committed_files
 
     logger = logging.getLogger(__name__)
     path = Path(app.srcdir) / "_generated" / "builtins_table.md"
-    cache = cache_path(torch_version())
     extension_dir = Path(__file__).parent
     key = digest(
         Path(__file__), extension_dir / "error_index.py",
-        *([cache] if cache.exists() else []), salt=version("torch"),
+        extension_dir / "versioned_results.py", *committed_files(NAME),
+        salt=version("torch"),
     )  # fmt: skip
 
     def make() -> str:
         from double_backward.model_check import FIXES
 
-        data = load_or_scan(
-            torch_version(), lambda text: logger.info("built-ins: %s", text)
+        measurements = committed_or_measured(
+            NAME, lambda: measure(lambda text: logger.info("built-ins: %s", text))
         )
-        return render(data, FIXES, _index_titles())
+        return render(measurements, FIXES, _index_titles())
 
     regenerate(path, key, make)
 
@@ -432,12 +533,12 @@ def setup(app) -> dict[str, object]:
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 
-if __name__ == "__main__":
-    path = cache_path(torch_version())
-    path.unlink(missing_ok=True)
-    result = load_or_scan(torch_version(), lambda text: print(text, file=sys.stderr))
-    failing = [t for t in result["trials_of_failing_ops"] if t["error"]]
+if __name__ == "__main__":  # scan the installed torch again and rewrite its file
+    from versioned_results import write
+
+    results, about = measure(lambda text: print(text, file=sys.stderr))
+    written = write(NAME, results, about=about)
+    raised = sum(1 for error in results.values() if error)
     print(
-        f"{len(failing)} failing trials of {result['trials']} "
-        f"in {result['seconds']} s: {path}"
+        f"{raised} failing trials of {about['trials']} in {about['seconds']} s: {written}"
     )

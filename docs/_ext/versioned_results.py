@@ -1,10 +1,11 @@
 """Results measured per torch release: the installed one live, the others from committed JSON.
 
-A generated part of the site (the compatibility matrix, the error index) is measured with the
-installed torch at build time. The other tested releases cannot be installed in the same build,
-so their results are measured once, by ``nox -s matrix -- 2.14.1`` (which runs this module as a
-script in a venv with that torch), and committed as ``docs/_data/<name>/torch-<version>.json``
-with the version and the date of the measurement.
+A generated part of the site (the compatibility matrix, the error index, the built-ins table)
+is measured with the installed torch at build time. The other tested releases cannot be
+installed in the same build, so their results are measured once, by
+``nox -s matrix -- 2.14.1`` (which runs this module as a script in a venv with that torch),
+and committed as ``docs/_data/<name>/torch-<version>.json`` with the version and the date of
+the measurement.
 
 A build then asks :func:`by_version` for one name's results: the live result for the installed
 release and the committed file for every other. When a committed file exists for the installed
@@ -43,6 +44,7 @@ DATA_DIR = Path(__file__).parents[1] / "_data"
 PRODUCTS = {
     "compatibility_matrix": "compatibility_matrix:measure",
     "error_index": "error_index:measure",
+    "builtins": "builtins_table:measure",  # a scan of minutes: committed_or_measured
 }
 
 

@@ -6,22 +6,37 @@ out, ``gradgradcheck``), not by the scanner; the committed JSON's rows are re-ru
 
 from __future__ import annotations
 
-import json
+from types import SimpleNamespace
 
 import builtins_table as table
 import pytest
 import torch
+import versioned_results as vr
 from torch.autograd import gradgradcheck
 
 from double_backward.model_check import FIXES
 
 
+def _penalty_error(f, *inputs) -> str | None:
+    """What a gradient penalty written out raises on ``f`` (``Type: first line``), or None."""
+    grads = torch.autograd.grad(f(*inputs).sum(), inputs, create_graph=True)
+    try:
+        torch.autograd.grad(sum((g**2).sum() for g in grads), inputs)
+    except (RuntimeError, NotImplementedError) as error:
+        return f"{type(error).__name__}: {str(error).splitlines()[0]}"
+    return None
+
+
 def test_a_trial_records_cdists_error_below_26_rows_and_none_at_32():
     small, large = table._cdist(5, 2.0), table._cdist(32, 2.0)
     failed = table._try("cdist", "5 rows", "float64", *small(torch.float64))
-    assert failed.error == (
-        "NotImplementedError: the derivative for '_cdist_backward' is not implemented."
-    )
+    x1, x2 = (torch.randn(5, 3, dtype=torch.float64, requires_grad=True) for _ in "12")
+    expected = _penalty_error(torch.cdist, x1, x2)
+    if torch.__version__.split("+")[0] == "2.13.0":  # torch 2.14.1 has this derivative
+        assert expected == (
+            "NotImplementedError: the derivative for '_cdist_backward' is not implemented."
+        )
+    assert failed.error == expected
     x = torch.randn(32, 3, dtype=torch.float64, requires_grad=True)
     assert gradgradcheck(lambda t: torch.cdist(t, t.flip(0) + 1.0), (x,))
     assert (
@@ -39,35 +54,52 @@ def test_a_trial_without_a_second_derivative_graph_is_not_a_row():
         table.gradient_penalty(lambda: x.argmax(), [x])
 
 
-def test_the_cache_is_read_for_its_torch_version_and_rescanned_for_another(
+def test_the_build_reads_the_committed_scan_and_scans_only_a_release_without_one(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(table, "DATA_DIR", tmp_path)
+    monkeypatch.setattr(vr, "DATA_DIR", tmp_path)
     scans = []
-    monkeypatch.setattr(
-        table, "scan", lambda progress: scans.append(1) or {"format": table.FORMAT,
-                                                            "torch": "9.9.9"}
-    )  # fmt: skip
-    (tmp_path / "torch-1.0.0.json").write_text(
-        json.dumps({"format": table.FORMAT, "torch": "1.0.0", "kept": True})
-    )
-    assert table.load_or_scan("1.0.0", print)["kept"]
-    assert scans == []
-    table.load_or_scan("9.9.9", print)
-    assert scans == [1] and (tmp_path / "torch-9.9.9.json").exists()
+
+    def measure(progress=print):
+        scans.append(1)
+        return {table.cell_key("cdist", "p = 2, 5 rows", "float64"): "E: scanned"}, {}
+
+    monkeypatch.setattr(table, "measure", measure)
+    app = SimpleNamespace(srcdir=tmp_path)
+    committed = {table.cell_key("cdist", "p = 2, 5 rows", "float64"): "E: committed"}
+    vr.write(table.NAME, committed, torch.__version__)
+    table._write_table(app)
+    generated = tmp_path / "_generated" / "builtins_table.md"
+    assert scans == [] and "E: committed" in generated.read_text()
+    vr.path(table.NAME, torch.__version__).unlink()
+    table._write_table(
+        app
+    )  # the digest of committed files changed: made again, by a scan
+    assert scans == [1] and "E: scanned" in generated.read_text()
+    assert vr.read(vr.path(table.NAME, torch.__version__)).results == {
+        table.cell_key("cdist", "p = 2, 5 rows", "float64"): "E: scanned"
+    }
 
 
-COMMITTED = json.loads(table.cache_path("2.13.0").read_text(encoding="utf-8"))
+COMMITTED = vr.read(vr.path(table.NAME, "2.13.0"))
 
 
 def test_the_committed_scan_is_for_the_torch_it_names():
-    assert COMMITTED["torch"] == "2.13.0" and COMMITTED["date"]
+    assert COMMITTED.torch == "2.13.0" and COMMITTED.measured
     if torch.__version__.split("+")[0] != "2.13.0":
         pytest.skip("the committed rows are re-run with torch 2.13.0 only")
 
 
+@pytest.mark.parametrize("file", vr.committed_files(table.NAME), ids=lambda f: f.stem)
+def test_every_committed_release_ran_every_probe_in_both_dtypes(file):
+    results = vr.read(file).results
+    for op, condition, _ in table.PROBES:
+        for dtype in table.DTYPES:
+            assert table.cell_key(op, condition, dtype) in results
+
+
 @pytest.mark.skipif(
-    torch.__version__.split("+")[0] != COMMITTED["torch"], reason="another torch"
+    torch.__version__.split("+")[0] != COMMITTED.torch, reason="another torch"
 )
 @pytest.mark.parametrize(
     ("op", "condition"),
@@ -87,30 +119,36 @@ def test_committed_rows_raise_when_run_again(op, condition):
         torch.autograd.grad(
             sum((g**2).sum() for g in grads if g is not None), wrt, allow_unused=True
         )
-    recorded = {
-        trial["error"] for trial in COMMITTED["trials_of_failing_ops"]
-        if (trial["op"], trial["condition"], trial["dtype"]) == (op, condition, "float32")
-    }  # fmt: skip
-    assert recorded == {table.first_line(raised.value)}
+    recorded = COMMITTED.results[table.cell_key(op, condition, "float32")]
+    assert recorded == table.first_line(raised.value)
+
+
+def _measurement(torch_version, trials, about=None):
+    results = {table.cell_key(op, condition, dtype): error
+               for op, condition, dtype, error in trials}  # fmt: skip
+    return vr.Measurement(
+        torch_version, "2026-12-03 18:00 UTC", results, about=about or {}
+    )
 
 
 def test_render_gives_each_error_a_row_with_conditions_and_fix():
-    data = {
-        "torch": "2.13.0", "date": "2026-12-03", "machine": "CPU only", "trials": 3,
-        "ops_tried": 2, "seconds": 1,
-        "trials_of_failing_ops": [
-            {"op": "cdist", "condition": "p = 2, 5 rows", "dtype": "float64",
-             "error": "E: cdist"},
-            {"op": "cdist", "condition": "p = 2, 5 rows", "dtype": "float32",
-             "error": "E: cdist"},
-            {"op": "cdist", "condition": "p = 2, 32 rows", "dtype": "float64",
-             "error": None},
-            {"op": "ctc", "condition": "OpInfo sample", "dtype": "float64",
-             "error": "E: a|b"},
-        ],
-    }  # fmt: skip
-    text = table.render(data, FIXES, {"E: cdist": "cdist below 26 rows"})
+    measurement = _measurement(
+        "2.13.0",
+        [("cdist", "p = 2, 5 rows", "float64", "E: cdist"),
+         ("cdist", "p = 2, 5 rows", "float32", "E: cdist"),
+         ("cdist", "p = 2, 32 rows", "float64", None),
+         ("ctc", "OpInfo sample 1, input shape (2,)", "float64", "E: a|b")],
+        {"trials": 4, "ops_tried": 2, "seconds": 1},
+    )  # fmt: skip
+    text = table.render(
+        {"2.13.0": measurement}, FIXES, {"E: cdist": "cdist below 26 rows"}
+    )
+    assert (
+        "torch 2.13.0: measured 2026-12-03 18:00 UTC, 4 gradient penalties over 2 ops "
+        "in 1 s; 2 ops raised" in text
+    )
     rows = [line for line in text.splitlines() if line.startswith("| [")]
+    assert rows[0].startswith("| [`cdist`](#builtin-1) | raised in 2 of 3 trials |")
     assert (
         "use_mm_for_euclid_dist" in rows[0] and "plot_04_untracked_backward" in rows[1]
     )
@@ -121,10 +159,50 @@ def test_render_gives_each_error_a_row_with_conditions_and_fix():
     ctc = text[text.index("### `ctc`") :]
     assert "E: a|b" in ctc
     assert "OpInfo samples: 1 in float64" in ctc and "no other condition tried" in ctc
+    assert "One torch release measured" in text
+
+
+def test_render_shows_a_column_per_release_and_the_trials_that_changed():
+    older = _measurement(
+        "2.13.0",
+        [("cdist", "p = 2, 5 rows", "float64", "E: cdist"),
+         ("cdist", "p = 2, 5 rows", "float32", "E: cdist"),
+         ("cdist", "p = 2, 32 rows", "float64", None),
+         ("pdist", "5 rows", "float64", "E: pdist"),
+         ("sinh", "OpInfo sample 1, input shape (3,)", "float64", None)],
+    )  # fmt: skip
+    newer = _measurement(
+        "2.14.1",
+        [("cdist", "p = 2, 5 rows", "float64", None),
+         ("cdist", "p = 2, 5 rows", "float32", None),
+         ("cdist", "p = 2, 32 rows", "float64", None),
+         ("pdist", "5 rows", "float64", "E: pdist"),
+         ("added", "OpInfo sample 1, input shape (3,)", "float64", "E: added")],
+    )  # fmt: skip
+    text = table.render({"2.13.0": older, "2.14.1": newer}, FIXES, {})
+    assert (
+        "| Op (its error and conditions below) | torch 2.13.0 | torch 2.14.1 | Fix |"
+        in text
+    )
+    rows = {
+        line.split("`")[1]: line for line in text.splitlines() if line.startswith("| [")
+    }
+    assert set(rows) == {"added", "cdist", "pdist"}
+    assert "| raised in 2 of 3 trials | passed all 3 trials |" in rows["cdist"]
+    assert "| not tried | raised in 1 of 1 trials |" in rows["added"]
+    changes = text[text.index("## What changed") : text.index("## Each op")]
+    assert "2 trials differ" in changes
+    assert (
+        "- `cdist`, p = 2, 5 rows (float64, float32). torch 2.13.0: `E: cdist`; "
+        "torch 2.14.1: passes." in changes
+    )
+    assert "2 trials ran in some releases only" in changes
+    pdist = text[text.index("### `pdist`") :]
+    assert "**torch 2.13.0 and 2.14.1:**" in pdist  # the same trials: shown once
 
 
 @pytest.mark.skipif(
-    torch.__version__.split("+")[0] != COMMITTED["torch"], reason="another torch"
+    torch.__version__.split("+")[0] != COMMITTED.torch, reason="another torch"
 )
 def test_the_error_index_has_the_messages_the_table_records():
     """Each built-in scenario of the error index raises a message the committed scan saw."""
@@ -135,7 +213,7 @@ def test_the_error_index_has_the_messages_the_table_records():
         if page == error_index._BUILTINS_PAGE
     ]  # fmt: skip
     assert len(builtin_titles) == 6
-    recorded = {trial["error"] for trial in COMMITTED["trials_of_failing_ops"]}
+    recorded = set(COMMITTED.results.values())
     messages = dict(error_index.captured_messages())
     for title in builtin_titles:
         assert messages[title] in recorded, title

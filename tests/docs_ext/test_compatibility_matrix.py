@@ -179,7 +179,7 @@ def test_claimed_wrong_runs_and_disagrees_with_native(key, column):
 @pytest.mark.parametrize(("key", "column"), _cells("error"))
 def test_claimed_error_is_raised_with_the_message_indexed_under_its_title(key, column):
     fn, _, claims = CLAIMS[key]
-    indexed = dict(error_index.captured_messages())[claims[column]]
+    indexed = error_index.raised_messages()[claims[column]]
     with pytest.raises(Exception) as raised:  # noqa: B017 - the message is what is checked
         INDEPENDENT[column](fn)
     assert error_index.first_line(raised.value) == indexed
@@ -193,7 +193,7 @@ def test_gradgradcheck_claim(key):
     else:
         with pytest.raises(GradcheckError) as raised:
             gradgradcheck(fn, (_x(True),))
-        indexed = dict(error_index.captured_messages())[claims["gradgradcheck"]]
+        indexed = error_index.raised_messages()[claims["gradgradcheck"]]
         assert error_index.first_line(raised.value) == indexed
 
 
@@ -212,7 +212,7 @@ def test_compile_claims(key):
     else:
         with pytest.raises(RuntimeError) as raised:
             _nth(compiled, _x(True), 2)
-        indexed = dict(error_index.captured_messages())[claims["compile, double backward"]]
+        indexed = error_index.raised_messages()[claims["compile, double backward"]]
         assert error_index.first_line(raised.value) == indexed
 
 
@@ -246,7 +246,7 @@ FAKE_TITLE = "Double backward through torch.compile"
 
 def test_render_links_each_error_to_its_index_entry_and_states_the_torch_version():
     cells = _all(PASSED)
-    message = dict(error_index.captured_messages())[COMPILE]
+    message = error_index.raised_messages()[COMPILE]
     cells["Square (tutorial) | compile, double backward"] = {
         "outcome": "error", "detail": message, "error": COMPILE
     }  # fmt: skip
@@ -267,7 +267,7 @@ def test_render_links_each_error_to_its_index_entry_and_states_the_torch_version
 
 
 def test_render_shows_each_release_and_the_cells_that_changed_between_them():
-    message = dict(error_index.captured_messages())[COMPILE]
+    message = error_index.raised_messages()[COMPILE]
     old = _all(PASSED)
     old["Square (tutorial) | compile, double backward"] = {
         "outcome": "error", "detail": message, "error": COMPILE

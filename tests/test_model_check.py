@@ -16,8 +16,8 @@ from torch import nn
 from torch.autograd import gradgradcheck
 
 from double_backward import check_model, ops
+from double_backward.checker.model import FIXES, Break, fix_for
 from double_backward.functions.failures import SquareOnceDifferentiable
-from double_backward.model_check import FIXES, Break, fix_for
 
 
 def gradient_penalty(model, x: torch.Tensor) -> None:

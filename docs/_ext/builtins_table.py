@@ -7,7 +7,7 @@ inputs, in float64 and float32, under a gradient penalty (``torch.autograd.grad`
 kernel depends on the size (``cdist``, ``scaled_dot_product_attention``) and the ``nn``
 modules readers train are also tried at a small and a large size by the :data:`PROBES` below.
 An op that raises in that second step gets a row: the first line of the error, where it
-happens, and the fix (from :data:`double_backward.model_check.FIXES`, the one source the
+happens, and the fix (from :data:`double_backward.checker.model.FIXES`, the one source the
 model checker reads too).
 
 The scan is a product of :mod:`versioned_results` named ``builtins``: :func:`measure` returns
@@ -518,7 +518,7 @@ def _write_table(app) -> None:
     )  # fmt: skip
 
     def make() -> str:
-        from double_backward.model_check import FIXES
+        from double_backward.checker.model import FIXES
 
         measurements = committed_or_measured(
             NAME, lambda: measure(lambda text: logger.info("built-ins: %s", text))

@@ -8,7 +8,7 @@ The package is grouped by role:
   same cases in the modern API, higher orders, and the failures, broken on purpose;
 - :mod:`double_backward.checker`: :func:`check`, which tells whether your own Function
   supports double backward (torch and NumPy only);
-- :mod:`double_backward.model_check`: :func:`check_model`, the same question for a whole
+- :mod:`double_backward.checker.model`: :func:`check_model`, the same question for a whole
   model, answered with the submodule and the op that break it;
 - :mod:`double_backward.graph`: drawing autograd graphs with torchviz, for the pages;
 - :mod:`double_backward.ops`: replacements for built-ins that have no double backward
@@ -38,7 +38,7 @@ _EXPORTS = {
     "Cube": "functions.untracked_backward",
     "CubeBackward": "functions.untracked_backward",
     "check": "checker",
-    "check_model": "model_check",
+    "check_model": "checker.model",
 }
 __all__ = [
     "Cube",
@@ -54,11 +54,11 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .checker import check
+    from .checker.model import check_model
     from .functions.saving_inputs import Square
     from .functions.saving_intermediates import Sinh, SinhBad, sinh
     from .functions.saving_outputs import Exp
     from .functions.untracked_backward import Cube, CubeBackward
-    from .model_check import check_model
 
 
 def __getattr__(name: str) -> Any:

@@ -14,7 +14,7 @@ import torch
 import versioned_results as vr
 from torch.autograd import gradgradcheck
 
-from double_backward.model_check import FIXES
+from double_backward.checker.model import FIXES
 
 
 def _penalty_error(f, *inputs) -> str | None:

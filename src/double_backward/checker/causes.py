@@ -68,7 +68,7 @@ def custom_nodes(tensors: Sequence[object]) -> list[Any]:
     return found
 
 
-def _is_once_differentiable(node: Any) -> bool:
+def is_once_differentiable(node: Any) -> bool:
     backward = getattr(getattr(node, "_forward_cls", None), "backward", None)
     code = getattr(backward, "__code__", None)
     return (
@@ -95,7 +95,7 @@ def structure(
     constants = call.constants()
     for node in nodes:
         name = getattr(node, "_forward_cls", type(node)).__name__
-        if _is_once_differentiable(node):
+        if is_once_differentiable(node):
             found.once_differentiable.append(f"{name}.backward")
         for attribute, value in sorted(vars(node).items()):
             if differentiable(value) and not value.requires_grad:

@@ -27,11 +27,13 @@ import copy
 import dataclasses
 import re
 import textwrap
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
+
+from .causes import custom_nodes, is_once_differentiable
 
 DOCS_URL = "https://double-backward.readthedocs.io/en/latest/"
 BUILTINS_PAGE = DOCS_URL + "auto_examples/plot_14_builtins_without_double_backward.html"
@@ -360,29 +362,6 @@ def _innermost(failing: dict[str, _Outcome]) -> list[str]:
 _ATEN_IN_MESSAGE = re.compile(r"aten::(\w+)|derivative for '(\w+)'")
 
 
-def _custom_functions(graph: Sequence[torch.Tensor] | list[Any]) -> list[Any]:
-    stack = [t.grad_fn for t in graph if isinstance(t, torch.Tensor)]
-    seen, found = set(), []
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        if isinstance(node, torch.autograd.function.BackwardCFunction):
-            found.append(node)
-        stack.extend(next_node for next_node, _ in node.next_functions)
-    return found
-
-
-def _once_differentiable(node: Any) -> bool:
-    backward = getattr(getattr(node, "_forward_cls", None), "backward", None)
-    code = getattr(backward, "__code__", None)
-    return (
-        hasattr(backward, "__wrapped__")
-        and getattr(code, "co_filename", None) == torch.autograd.function.__file__
-    )
-
-
 def _name_break(name: str, outcome: _Outcome, target: _Target) -> Break:
     """The op that breaks, and its fix: from the error's ATen name, or the module's graph."""
     match = _ATEN_IN_MESSAGE.search(outcome.message)
@@ -392,8 +371,8 @@ def _name_break(name: str, outcome: _Outcome, target: _Target) -> Break:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         outputs = _tensors(target.fn(*target.args, **target.kwargs))
-    functions = _custom_functions(outputs)
-    once = [node for node in functions if _once_differentiable(node)]
+    functions = custom_nodes(outputs)
+    once = [node for node in functions if is_once_differentiable(node)]
     if once or functions:
         node = (once or functions)[0]
         op = node._forward_cls.__name__

@@ -132,6 +132,16 @@ def measure_times(
                 )
                 calls = max(1, math.ceil(budget / max(one_call, 1e-7)))
                 plan.append(((case.name, size, kind), custom, native, calls))
+    results = paired_rounds(plan, rounds, device)
+    for key, *_, calls in plan:
+        results[key]["calls_per_timing"] = calls
+    return results
+
+
+def paired_rounds(plan, rounds: int, device: torch.device) -> dict:
+    """Time each ``(key, custom, native, calls)`` of ``plan`` side by side, ``rounds`` times,
+    alternating which goes first; per key, the median ratio custom / native, its quartiles
+    and the median seconds per call of each."""
     samples = {key: ([], [], []) for key, *_ in plan}
     gc.collect()
     gc.disable()
@@ -160,7 +170,6 @@ def measure_times(
             "ratio_q3": quartiles[-1],
             "custom_seconds": statistics.median(customs),
             "native_seconds": statistics.median(natives),
-            "calls_per_timing": next(c for k, *_, c in plan if k == key),
         }
     return results
 

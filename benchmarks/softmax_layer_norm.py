@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import gc
 import json
 import os
 import platform
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +38,7 @@ from functions import (  # noqa: E402
     cpu_model,
     fix_malloc_threshold,
     load_average,
+    paired_rounds,
     seconds_per_call,
 )
 
@@ -136,36 +135,10 @@ def measure(sizes, rounds: int, budget: float) -> list[dict]:
                                seconds_per_call(native, 1, DEVICE))  # fmt: skip
                 calls = max(1, int(budget / max(one_call, 1e-7)) + 1)
                 plan.append(((name, size, kind), custom, native, calls))
-    samples = {key: ([], [], []) for key, *_ in plan}
-    gc.collect()
-    gc.disable()
-    try:
-        for round_index in range(rounds):
-            for key, custom, native, calls in plan:
-                if round_index % 2 == 0:
-                    custom_time = seconds_per_call(custom, calls, DEVICE)
-                    native_time = seconds_per_call(native, calls, DEVICE)
-                else:
-                    native_time = seconds_per_call(native, calls, DEVICE)
-                    custom_time = seconds_per_call(custom, calls, DEVICE)
-                ratios, customs, natives = samples[key]
-                ratios.append(custom_time / native_time)
-                customs.append(custom_time)
-                natives.append(native_time)
-            print(f"  round {round_index + 1}/{rounds} done", file=sys.stderr)
-    finally:
-        gc.enable()
-    rows = []
-    for (name, size, kind), (ratios, customs, natives) in samples.items():
-        quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
-        rows.append({
-            "case": name, "size": size, "kind": kind,
-            "ratio": statistics.median(ratios),
-            "ratio_q1": quartiles[0], "ratio_q3": quartiles[-1],
-            "custom_seconds": statistics.median(customs),
-            "native_seconds": statistics.median(natives),
-        })  # fmt: skip
-    return rows
+    return [
+        {"case": name, "size": size, "kind": kind, **figures}
+        for (name, size, kind), figures in paired_rounds(plan, rounds, DEVICE).items()
+    ]
 
 
 def print_table(sizes, rows: list[dict]) -> None:

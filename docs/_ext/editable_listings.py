@@ -27,14 +27,16 @@ do two kinds of listing the pages teach in pieces:
   labelled. The operators are registered under the namespace ``my_ops`` instead of the
   package's: ``custom_op`` with a name already registered replaces that operator for the whole
   process (torch 2.13 allows it), so a reader's edited ``double_backward::cube`` would silently
-  replace the package's wherever it is used (plot_19, the checker). The package's
+  replace the package's wherever it is used. The package's
   ``custom_ops`` module is never imported by the downloads' cells (the imports of its names
   are rewritten), so nothing redefines the reader's;
 - C++ (:data:`CPP_BUILDERS`): the first listing of a C++ file becomes a cell holding the whole
   file as a string, built with the package's build function, which makes it the extension the
   later cells call; later listings of the same file stay listings (the cell above holds them).
 
-Other listings (a range of lines that registers nothing, a method) stay listings. What cannot be
+A method (``:pyobject: Sinh.forward``) defines its whole class, and a package function an earlier
+cell imported that calls it (``sinh``) is defined again after it. Other listings (``:lines:``, a
+range of lines that registers nothing) stay listings. What cannot be
 rewritten (a name imported again while a later listing of the same name hides it, an operator
 used before any cell defines it) is reported, so that a new page fails the build rather than
 ship a download whose edits change nothing.
@@ -301,6 +303,10 @@ class PageListings:
     # module -> indexes of its top-level statements a cell defines already.
     emitted: dict[str, set[int]] = field(default_factory=dict)
     cpp_files: set[Path] = field(default_factory=set)
+    # Names earlier cells imported from the package, as they were left: name -> object.
+    imported: dict[str, object] = field(default_factory=dict)
+    # Module-level names a statements cell uses but leaves to a later cell: name -> module.
+    awaited: dict[str, str] = field(default_factory=dict)
 
     def define(
         self, path: Path, options: dict[str, str], text: str
@@ -341,11 +347,27 @@ class PageListings:
         header = _header(listing, body)
         if method:
             header = header.replace(
-                " defined here:\n", f" defined here whole (the page shows `{method}`):\n", 1
+                " defined here:\n", f" defined here\n# whole (the page shows `{method}`):\n", 1
             )
         listing.cell.append(header)
         self.listings.append(listing)
         self.bindings[name] = listing
+        # A package function an earlier cell imported that calls this object (plot_20 imports
+        # the wrapper `sinh` before it lists `Sinh.forward`): defined again after it.
+        for target, obj in list(self.imported.items()):
+            where = self._calls_a_listing(obj)
+            if where is None:
+                continue
+            module_of, function = where
+            source = definition_source(module_of, function)
+            imports = needed_imports(module_of, function, source, self._defined())
+            listing.cell[0] += (
+                f"\n\n\n# `{function}`, imported above from the package, defined again here\n"
+                f"# so that it uses this `{name}`.\n" + "\n".join(imports)
+                + ("\n\n\n" if imports else "") + source
+                + (f"\n\n\n{target} = {function}" if target != function else "")
+            )  # fmt: skip
+            del self.imported[target]
         return listing.cell
 
     def _define_cpp(self, path: Path, options: dict[str, str]) -> list[str] | None:
@@ -419,6 +441,14 @@ class PageListings:
         after_needs = [i for i in needed_before(after, after[-1] + 1 if after else 0)
                        if i not in before and i not in after]  # fmt: skip
         emitted.update(before, inside, after, after_needs)
+        cell_names = {n for i in (*before, *inside, *after, *after_needs)
+                      for n in _bound_names(body[i])}  # fmt: skip
+        for index in (*before, *inside, *after, *after_needs):
+            for used in _used_names(body[index]) - cell_names:
+                if used in binder and binder[used] not in emitted:
+                    self.awaited[used] = module
+        for bound in cell_names:
+            self.awaited.pop(bound, None)
         lines = space.source.splitlines()
 
         def code(indexes: list[int]) -> str:
@@ -461,6 +491,14 @@ class PageListings:
                 self.listings.append(listing)
                 self.bindings[node.name] = listing
         return cell
+
+    def finish(self) -> None:
+        """Report the names a statements cell left to a later cell that never came."""
+        for name, module in sorted(self.awaited.items()):
+            self.warn(
+                f"defines operators of {module} that use `{name}`, which no cell defines: "
+                f"list it on the page"
+            )
 
     def _defined(self) -> dict[str, object]:
         return {name: listing.obj for name, listing in self.bindings.items()}
@@ -529,6 +567,7 @@ class PageListings:
                 if target != name:
                     lines.append(f"{target} = {name}")
             else:
+                self.imported[target] = obj
                 kept.append(alias)
         if kept:
             names = ", ".join(

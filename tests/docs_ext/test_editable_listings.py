@@ -143,14 +143,14 @@ def test_a_listed_method_defines_its_whole_class_and_an_edit_of_it_changes_what_
     # plot_20 shows Sinh.forward, then times the package's sinh wrapper.
     page = PageListings(warn=pytest.fail)
     path = FUNCTIONS / "saving_intermediates.py"
+    # The wrapper is imported before the listing, as on plot_20.
+    earlier = page.rewrite("from double_backward import sinh\n")
     (cell,) = page.define(path, {"pyobject": "Sinh.forward"}, "def forward(): ...\n")
     assert "class Sinh(" in cell and "(the page shows `Sinh.forward`)" in cell
-    code = page.rewrite(
-        "import torch\n\nfrom double_backward import sinh\n\n"
-        "y = sinh(torch.tensor([0.5], dtype=torch.float64))\n"
-    )
+    assert "def sinh(" in cell  # defined again, after the class it calls
+    code = "import torch\n\ny = sinh(torch.tensor([0.5], dtype=torch.float64))\n"
     x = torch.tensor([0.5], dtype=torch.float64)
-    torch.testing.assert_close(_run([cell, code])["y"], torch.sinh(x))
+    torch.testing.assert_close(_run([earlier, cell, code])["y"], torch.sinh(x))
     # A reader's edit of the forward the page shows: eˣ/2 + e⁻ˣ/2, cosh instead of sinh.
     edited = cell.replace(
         "return half_exp_x - half_exp_neg_x, half_exp_x, half_exp_neg_x",
@@ -158,7 +158,7 @@ def test_a_listed_method_defines_its_whole_class_and_an_edit_of_it_changes_what_
     )
     assert edited != cell
     torch.testing.assert_close(
-        _run([edited, code])["y"], torch.cosh(torch.tensor([0.5], dtype=torch.float64))
+        _run([earlier, edited, code])["y"], torch.cosh(x)
     )
 
 
@@ -200,6 +200,7 @@ def _download_code(example: str) -> list[str]:
             cells += [p for kind, p in split_listings(app, "x", content, page) if kind == "listing"]
         else:
             cells.append(page.rewrite(content))
+    page.finish()
     return [cell[0] if isinstance(cell, list) else cell for cell in cells]
 
 
@@ -286,3 +287,17 @@ def test_editing_the_cpp_source_cell_changes_what_the_cells_after_it_print(tmp_p
     assert "grad_x.grad_fn: None" not in output
     assert _printed(output, "grad_x.grad_fn:") != "grad_x.grad_fn: None"
     assert "RuntimeError" not in output
+
+
+def test_an_operator_whose_backward_operator_is_never_listed_is_reported():
+    from sphinx.directives.code import LiteralIncludeReader
+
+    found = []
+    page = PageListings(warn=found.append)
+    options = {"start-after": "# -- cube ---", "end-before": "def _batch_first"}
+    path = FUNCTIONS / "custom_ops.py"
+    config = SimpleNamespace(source_encoding="utf-8")
+    text, _ = LiteralIncludeReader(str(path), options, config).read()
+    assert page.define(path, options, text) is not None
+    page.finish()
+    assert len(found) == 1 and "`cube_backward`, which no cell defines" in found[0]

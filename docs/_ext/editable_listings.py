@@ -307,6 +307,11 @@ class PageListings:
     imported: dict[str, object] = field(default_factory=dict)
     # Module-level names a statements cell uses but leaves to a later cell: name -> module.
     awaited: dict[str, str] = field(default_factory=dict)
+    # A package module a listing cell uses by name (``layer_norm.statistics``): (cell, name,
+    # module, the names listed before that cell).
+    module_globals: list[tuple[list[str], str, types.ModuleType, set[str]]] = field(
+        default_factory=list
+    )
 
     def define(
         self, path: Path, options: dict[str, str], text: str
@@ -343,6 +348,15 @@ class PageListings:
             return None
         imports = needed_imports(module, name, text, self._defined())
         listing = Listing(module, name, _resolve(module, name), [])
+        space = namespace(module)
+        for used in sorted(_used_names(tree)):
+            found = re.fullmatch(r"from (\S+) import (\w+)", space.imports.get(used, ""))
+            if found and found[2] == used and found[1].startswith(PACKAGE):
+                imported = _resolve(found[1], used)
+                if isinstance(imported, types.ModuleType):
+                    self.module_globals.append(
+                        (listing.cell, used, imported, set(self.bindings))
+                    )
         body = "\n".join(imports) + ("\n\n\n" if imports else "") + text.rstrip()
         header = _header(listing, body)
         if method:
@@ -576,12 +590,46 @@ class PageListings:
             lines.insert(0, f"from {node.module} import {names}")
         return lines
 
+    def _unshadow(self, tree: ast.Module) -> None:
+        """Listing cells that use a package module by a name this cell binds to something
+        else (plot_07: the module ``layer_norm``, then the function ``layer_norm``) take
+        ``module.name`` as ``name``: from the definitions above, else imported."""
+        bound = {
+            alias.asname or alias.name.partition(".")[0]
+            for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)
+            for alias in node.names
+        } | {n for node in tree.body for n in _bound_names(node)}  # fmt: skip
+        for entry in list(self.module_globals):
+            cell, name, module, listed_before = entry
+            if name not in bound:
+                continue
+            self.module_globals.remove(entry)
+            pattern = rf"(?<![\w.]){re.escape(name)}\.(\w+)"
+            attributes = sorted(set(re.findall(pattern, cell[0])))
+            text = re.sub(pattern, r"\1", cell[0])
+            # The import of the module itself, alone or among others.
+            text = re.sub(
+                rf"^from (\S+) import (.*)\b{re.escape(name)}\b(, )?(.*)$",
+                lambda m: f"from {m[1]} import {m[2]}{m[4]}".rstrip(", "),
+                text, count=1, flags=re.M,
+            )  # fmt: skip
+            text = re.sub(r"^from \S+ import\s*$\n?", "", text, flags=re.M)
+            outside = [a for a in attributes if a not in listed_before]
+            if outside:
+                text = re.sub(
+                    r"^(?=(class|def|@) )",
+                    f"from {module.__name__} import {', '.join(outside)}\n\n\n",
+                    text, count=1, flags=re.M,
+                )  # fmt: skip
+            cell[0] = text
+
     def rewrite(self, code: str) -> str:
         """A code cell with its imports of listed objects taken from the definitions above."""
         try:
             tree = ast.parse(code)
         except SyntaxError:
             return code
+        self._unshadow(tree)
         lines = code.splitlines()
         for node in reversed(tree.body):
             if isinstance(node, ast.Import):

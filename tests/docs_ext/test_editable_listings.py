@@ -301,3 +301,25 @@ def test_an_operator_whose_backward_operator_is_never_listed_is_reported():
     assert page.define(path, options, text) is not None
     page.finish()
     assert len(found) == 1 and "`cube_backward`, which no cell defines" in found[0]
+
+
+def test_a_module_a_listing_uses_by_name_is_not_shadowed_by_a_later_import_of_that_name():
+    # plot_07: LayerNormSavesStatistics calls layer_norm.statistics (the module), then a cell
+    # imports the function layer_norm; the listing then takes statistics from the listing above.
+    page = PageListings(warn=pytest.fail)
+    statistics = _define(page, "layer_norm.py", "statistics")
+    broken = _define(page, "failures.py", "LayerNormSavesStatistics")  # completed by rewrite
+    code = page.rewrite(
+        "import torch\n\nfrom double_backward.functions.layer_norm import layer_norm\n\n"
+        "x = torch.randn(2, 3, dtype=torch.float64)\n"
+        "y = LayerNormSavesStatistics.apply(x, (3,), None, None, 1e-5)\n"
+    )
+    assert "layer_norm.statistics" not in broken[0] and "statistics(" in broken[0]
+    namespace = _run([statistics[0], broken[0], code])
+    x = namespace["x"]
+    torch.testing.assert_close(
+        namespace["y"], torch.nn.functional.layer_norm(x, (3,), eps=1e-5)
+    )
+    assert callable(namespace["layer_norm"]) and not hasattr(
+        namespace["layer_norm"], "statistics"
+    )

@@ -396,9 +396,10 @@ class PageListings:
         where = module_name(path.parent.parent / "__init__.py") or PACKAGE
         shown = f"{where.replace('.', '/')}/{path.parent.name}/{path.name}"
         cell = (
-            f"# {path.name}, as in {shown}, whole (the page shows parts of it): edit it, and\n"
-            f"# {builder}(source={variable}) below builds your version (a minute the first time; cached\n"
-            "# by its text after that) and makes it the extension the cells below call.\n"
+            f"# {path.name}, as in {shown}, whole (the page shows parts of it):\n"
+            f"# edit it, and {builder}(source={variable}) below builds your version (a minute\n"
+            "# the first time; cached by its text after that) and makes it the extension the\n"
+            "# cells below call.\n"
             f"from {module} import {builder}\n\n"
             f'{variable} = r"""\n{source.rstrip()}\n"""\n\n'
             f"{builder}(source={variable})"

@@ -237,8 +237,8 @@ def test_the_custom_operators_page_defines_its_operators_and_never_imports_the_p
     assert "double_backward.functions.custom_ops" not in imported
     assert "double_backward.functions.failures" not in imported
     # Registered beside the package's operators, never replacing them.
-    names = {n.value for n in ast.walk(ast.parse(code))
-             if isinstance(n, ast.Constant) and isinstance(n.value, str) and "::" in n.value[1:]}  # fmt: skip
+    strings = [n.value for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Constant)]
+    names = {v for v in strings if isinstance(v, str) and "::" in v[1:]}
     assert names == {
         "my_ops::cube_backward_without_autograd", "my_ops::cube_with_untracked_backward"
     }  # fmt: skip

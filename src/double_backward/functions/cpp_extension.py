@@ -182,7 +182,7 @@ _SETUPTOOLS_ORDER_WARNINGS = (
 )
 
 
-def _compile(directory: Path, name: str, source: Path) -> ModuleType:
+def _compile(directory: Path, name: str, source: Path = SOURCE) -> ModuleType:
     what = "Building the double_backward C++ extension"
     with warnings.catch_warnings():
         # torch's cpp_extension imports setuptools; when distutils came first (torchviz

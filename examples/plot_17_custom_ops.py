@@ -89,6 +89,7 @@ for op, args in [(cube, (xs,)), (cube_backward, (grad_out, xs))]:
 #
 # .. literalinclude:: /../src/double_backward/functions/failures.py
 #    :start-after: # -- custom operators ---
+#    :end-before: class LayerNormSavesStatistics
 #
 # The first derivative is right. The error comes at the second order, when autograd has to
 # differentiate the backward operator:

@@ -462,7 +462,10 @@ def download_problems(site: Path, gallery: str = "auto_examples") -> list[str]:
                 if found:
                     shown = found[0] if isinstance(found, re.Match) else found
                     problems.append(f"{download.name}: keeps reST {shown!r}")
-            # Code as code, or (a script's included source) as comment lines.
+            # Code as code, or (a script's included source) as comment lines. The downloads
+            # register the custom operators they define as my_ops::name, not
+            # double_backward::name (editable_listings.DOWNLOAD_OP_NAMESPACE): read it back.
+            text = re.sub(r"""(["'])my_ops(::\w+)?\1""", r"\1double_backward\2\1", text)
             forms = [_code_lines(t).splitlines() for t in (text, _uncommented(text))]
             for block in blocks:
                 lines, _ = _without_package_imports(block.splitlines())

@@ -260,6 +260,7 @@ def write_downloads(app: Sphinx, source: Path, target: Path, docname: str) -> No
                 pending.append((piece_label, piece, line))
         else:
             pending.append((label, page.rewrite(content), line))
+    page.finish()
     prepared = [
         py_source_parser.Block(
             "code" if label == "listing" else label,

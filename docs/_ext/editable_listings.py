@@ -17,11 +17,29 @@ definition, so that editing ``ctx.save_for_backward(x)`` in the notebook changes
   imported whole; a function of the package that calls a listed object (a wrapper such as
   ``sinh``) is defined in the cell too, so that it calls the edited one.
 
-Only a whole top-level class or function (``:pyobject: Name``, no line selection) becomes code;
-other listings (a range of lines, a method, C++, a custom operator, which registers a global
-name) stay listings. What cannot be rewritten (a name imported again while a later listing of
-the same name hides it) is reported, so that a new page fails the build rather than ship a
-download whose edits change nothing.
+A whole top-level class or function (``:pyobject: Name``, no line selection) becomes code, and so
+do two kinds of listing the pages teach in pieces:
+
+- custom operators (``torch.library.custom_op``), listed as a range of whole statements
+  (``:start-after:``/``:end-before:``): the cell holds the range, the module's statements
+  before it that the range needs and the page does not show (helpers, constants), and the
+  registrations after it onto the operators it defines (``@cube.register_vmap``), each part
+  labelled. The operators are registered under the namespace ``my_ops`` instead of the
+  package's: ``custom_op`` with a name already registered replaces that operator for the whole
+  process (torch 2.13 allows it), so a reader's edited ``double_backward::cube`` would silently
+  replace the package's wherever it is used. The package's
+  ``custom_ops`` module is never imported by the downloads' cells (the imports of its names
+  are rewritten), so nothing redefines the reader's;
+- C++ (:data:`CPP_BUILDERS`): the first listing of a C++ file becomes a cell holding the whole
+  file as a string, built with the package's build function, which makes it the extension the
+  later cells call; later listings of the same file stay listings (the cell above holds them).
+
+A method (``:pyobject: Sinh.forward``) defines its whole class, and a package function an earlier
+cell imported that calls it (``sinh``) is defined again after it. Other listings (``:lines:``, a
+range of lines that registers nothing) stay listings. What cannot be
+rewritten (a name imported again while a later listing of the same name hides it, an operator
+used before any cell defines it) is reported, so that a new page fails the build rather than
+ship a download whose edits change nothing.
 """
 
 from __future__ import annotations
@@ -110,6 +128,18 @@ def namespace(module: str) -> _Namespace:
     visit(ast.parse(source).body)
     return _Namespace(imports, definitions, source)
 
+
+# literalinclude options that select whole statements of a module by their text.
+RANGE_OPTIONS = {"start-after", "end-before", "start-at", "end-at", "caption", "name",
+                 "class", "emphasize-lines", "linenos", "lineno-start", "language",
+                 "force"}  # fmt: skip
+# The namespace a download registers its custom operators in (the package's is PACKAGE).
+DOWNLOAD_OP_NAMESPACE = "my_ops"
+# C++ files a page lists -> (module, function) that builds a given source text and makes it the
+# extension the package's functions call, and the variable the cell holds the source in.
+CPP_BUILDERS = {
+    "cube.cpp": ("double_backward.functions.cpp_extension", "load_extension", "CUBE_CPP"),
+}
 
 # Decorators that register the object under a global name (torch.library.custom_op,
 # register_fake, ...): defining it again in a notebook that imported the package would raise.
@@ -212,6 +242,51 @@ def _resolve(module: str, name: str) -> object:
     return importlib.import_module(f"{module}.{name}")
 
 
+def _statement_start(node: ast.stmt) -> int:
+    return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+
+
+def _bound_names(node: ast.stmt) -> set[str]:
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return {node.name}
+    if isinstance(node, ast.Assign | ast.AnnAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return set()
+
+
+def _registers_onto(node: ast.stmt, names: set[str]) -> bool:
+    """``@name.register_x`` on a definition, or a ``name.register_x(...)`` call."""
+    candidates = list(getattr(node, "decorator_list", []))
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        candidates.append(node.value.func)
+    for candidate in candidates:
+        target = candidate.func if isinstance(candidate, ast.Call) else candidate
+        if (
+            isinstance(target, ast.Attribute)
+            and target.attr.startswith("register_")
+            and isinstance(target.value, ast.Name)
+            and target.value.id in names
+        ):
+            return True
+    return False
+
+
+def _in_download_namespace(code: str) -> str:
+    """``code`` with the package's operator namespace in string literals renamed."""
+    code = re.sub(
+        rf"""(["']){PACKAGE}(::\w+)?\1""",
+        lambda m: f"{m[1]}{DOWNLOAD_OP_NAMESPACE}{m[2] or ''}{m[1]}",
+        code,
+    )
+    return re.sub(
+        rf"""^(\w+ = (["']){DOWNLOAD_OP_NAMESPACE}\2)$""",
+        rf'\1  # the package registers its own as "{PACKAGE}::..."',
+        code,
+        flags=re.M,
+    )
+
+
 @dataclass
 class PageListings:
     """The listings of one page, in order, and the rewriting of the code cells that follow.
@@ -225,6 +300,18 @@ class PageListings:
         default_factory=dict
     )  # name -> current definition
     module_aliases: dict[str, types.ModuleType] = field(default_factory=dict)
+    # module -> indexes of its top-level statements a cell defines already.
+    emitted: dict[str, set[int]] = field(default_factory=dict)
+    cpp_files: set[Path] = field(default_factory=set)
+    # Names earlier cells imported from the package, as they were left: name -> object.
+    imported: dict[str, object] = field(default_factory=dict)
+    # Module-level names a statements cell uses but leaves to a later cell: name -> module.
+    awaited: dict[str, str] = field(default_factory=dict)
+    # A package module a listing cell uses by name (``layer_norm.statistics``): (cell, name,
+    # module, the names listed before that cell).
+    module_globals: list[tuple[list[str], str, types.ModuleType, set[str]]] = field(
+        default_factory=list
+    )
 
     def define(
         self, path: Path, options: dict[str, str], text: str
@@ -232,6 +319,19 @@ class PageListings:
         """A cell (as a one-item list) defining the listed object, or None to keep a listing."""
         name = options.get("pyobject", "")
         module = module_name(path)
+        if path.name in CPP_BUILDERS:
+            return self._define_cpp(path, options)
+        if "pyobject" not in options and module and module.startswith(PACKAGE):
+            return self._define_statements(module, options, text)
+        method = None
+        if module and module.startswith(PACKAGE) and re.fullmatch(r"[A-Za-z_]\w*\.\w+", name):
+            # A method (``Sinh.forward``): the cell defines its whole class, so that an edit
+            # of the method the page shows changes what runs.
+            whole = _definition_node(module, name.partition(".")[0])
+            if whole is None or not isinstance(whole[1], ast.ClassDef):
+                return None
+            method, name = name, name.partition(".")[0]
+            text = definition_source(module, name)
         if (
             not module
             or not module.startswith(PACKAGE)
@@ -248,11 +348,172 @@ class PageListings:
             return None
         imports = needed_imports(module, name, text, self._defined())
         listing = Listing(module, name, _resolve(module, name), [])
+        space = namespace(module)
+        for used in sorted(_used_names(tree)):
+            found = re.fullmatch(r"from (\S+) import (\w+)", space.imports.get(used, ""))
+            if found and found[2] == used and found[1].startswith(PACKAGE):
+                imported = _resolve(found[1], used)
+                if isinstance(imported, types.ModuleType):
+                    self.module_globals.append(
+                        (listing.cell, used, imported, set(self.bindings))
+                    )
         body = "\n".join(imports) + ("\n\n\n" if imports else "") + text.rstrip()
-        listing.cell.append(_header(listing, body))
+        header = _header(listing, body)
+        if method:
+            header = header.replace(
+                " defined here:\n", f" defined here\n# whole (the page shows `{method}`):\n", 1
+            )
+        listing.cell.append(header)
         self.listings.append(listing)
         self.bindings[name] = listing
+        # A package function an earlier cell imported that calls this object (plot_20 imports
+        # the wrapper `sinh` before it lists `Sinh.forward`): defined again after it.
+        for target, obj in list(self.imported.items()):
+            where = self._calls_a_listing(obj)
+            if where is None:
+                continue
+            module_of, function = where
+            source = definition_source(module_of, function)
+            imports = needed_imports(module_of, function, source, self._defined())
+            listing.cell[0] += (
+                f"\n\n\n# `{function}`, imported above from the package, defined again here\n"
+                f"# so that it uses this `{name}`.\n" + "\n".join(imports)
+                + ("\n\n\n" if imports else "") + source
+                + (f"\n\n\n{target} = {function}" if target != function else "")
+            )  # fmt: skip
+            del self.imported[target]
         return listing.cell
+
+    def _define_cpp(self, path: Path, options: dict[str, str]) -> list[str] | None:
+        """The whole C++ file as a string, built: for the first listing of the file only."""
+        if path.resolve() in self.cpp_files or "lines" in options:
+            return None
+        self.cpp_files.add(path.resolve())
+        module, builder, variable = CPP_BUILDERS[path.name]
+        source = path.read_text()
+        if '"""' in source:
+            return None
+        where = module_name(path.parent.parent / "__init__.py") or PACKAGE
+        shown = f"{where.replace('.', '/')}/{path.parent.name}/{path.name}"
+        cell = (
+            f"# {path.name}, as in {shown}, whole (the page shows parts of it):\n"
+            f"# edit it, and {builder}(source={variable}) below builds your version (a minute\n"
+            "# the first time; cached by its text after that) and makes it the extension the\n"
+            "# cells below call.\n"
+            f"from {module} import {builder}\n\n"
+            f'{variable} = r"""\n{source.rstrip()}\n"""\n\n'
+            f"{builder}(source={variable})"
+        )
+        return [cell]
+
+    def _define_statements(
+        self, module: str, options: dict[str, str], text: str
+    ) -> list[str] | None:
+        """A cell defining the custom operators a range of whole statements registers."""
+        if set(options) - RANGE_OPTIONS:
+            return None
+        space = namespace(module)
+        body = [
+            node for node in ast.parse(space.source).body
+            if not isinstance(node, ast.Import | ast.ImportFrom)
+            and not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+        ]  # fmt: skip
+        listed = text.strip("\n")
+        offset = space.source.find(listed)
+        if not listed or offset < 0:
+            return None
+        first = space.source.count("\n", 0, offset) + 1
+        last = first + listed.count("\n")
+        inside = [i for i, node in enumerate(body) if first <= _statement_start(node)
+                  and node.end_lineno <= last]  # fmt: skip
+        partly = [i for i, node in enumerate(body) if i not in inside
+                  and _statement_start(node) <= last and node.end_lineno >= first]  # fmt: skip
+        if not inside or partly or not any(_registers(body[i]) for i in inside):
+            return None
+        emitted = self.emitted.setdefault(module, set())
+        binder: dict[str, int] = {}
+        for index, node in enumerate(body):
+            for bound in _bound_names(node):
+                binder.setdefault(bound, index)
+
+        def needed_before(indexes: list[int], limit: int) -> list[int]:
+            """Unemitted statements before ``limit`` that ``indexes`` need, transitively."""
+            found: set[int] = set()
+            todo = list(indexes)
+            while todo:
+                for used in _used_names(body[todo.pop()]):
+                    index = binder.get(used)
+                    if (index is not None and index < limit and index not in emitted
+                            and index not in found and index not in inside):  # fmt: skip
+                        found.add(index)
+                        todo.append(index)
+            return sorted(found)
+
+        before = needed_before(inside, inside[0])
+        defined = {n for i in inside for n in _bound_names(body[i])}
+        after = [i for i, node in enumerate(body) if i > inside[-1] and i not in emitted
+                 and _registers_onto(node, defined)]  # fmt: skip
+        after_needs = [i for i in needed_before(after, after[-1] + 1 if after else 0)
+                       if i not in before and i not in after]  # fmt: skip
+        emitted.update(before, inside, after, after_needs)
+        cell_names = {n for i in (*before, *inside, *after, *after_needs)
+                      for n in _bound_names(body[i])}  # fmt: skip
+        for index in (*before, *inside, *after, *after_needs):
+            for used in _used_names(body[index]) - cell_names:
+                if used in binder and binder[used] not in emitted:
+                    self.awaited[used] = module
+        for bound in cell_names:
+            self.awaited.pop(bound, None)
+        lines = space.source.splitlines()
+
+        def code(indexes: list[int]) -> str:
+            return "\n\n\n".join(
+                "\n".join(lines[_statement_start(body[i]) - 1 : body[i].end_lineno])
+                for i in indexes
+            )
+
+        where = module.replace(".", "/") + ".py"
+        parts = []
+        if before:
+            parts.append("# Not shown on the page; the code it shows needs it:\n" + code(before))
+        parts.append(f"# As the page shows it:\n{listed}")
+        if after or after_needs:
+            parts.append("# Not shown on the page: the rest of what it registers.\n"
+                         + code(sorted(after_needs + after)))  # fmt: skip
+        definitions = "\n\n\n".join(parts)
+        renamed = _in_download_namespace(definitions)
+        # Own names defined anywhere in the module are left to the cells (or reported when used
+        # before any cell defines them): importing the module would register its operators.
+        imported_module = importlib.import_module(module)
+        own = {n: getattr(imported_module, n) for n in binder if hasattr(imported_module, n)}
+        imports = needed_imports(module, "", renamed, {**own, **self._defined()})
+        header = (
+            f"# The operators the page teaches, as in {where}, defined\n"
+            "# here: edit them, and the cells below run your version."
+        )
+        if renamed != definitions:
+            header += (
+                f'\n# Registered as "{DOWNLOAD_OP_NAMESPACE}::...", not '
+                f'"{PACKAGE}::...": an operator defined again under\n'
+                "# its name replaces the package's for the whole process."
+            )
+        cell = [f"{header}\n" + "\n".join(imports) + ("\n\n\n" if imports else "")
+                + renamed]  # fmt: skip
+        for index in (*before, *inside, *after_needs, *after):
+            node = body[index]
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                listing = Listing(module, node.name, getattr(imported_module, node.name), cell)
+                self.listings.append(listing)
+                self.bindings[node.name] = listing
+        return cell
+
+    def finish(self) -> None:
+        """Report the names a statements cell left to a later cell that never came."""
+        for name, module in sorted(self.awaited.items()):
+            self.warn(
+                f"defines operators of {module} that use `{name}`, which no cell defines: "
+                f"list it on the page"
+            )
 
     def _defined(self) -> dict[str, object]:
         return {name: listing.obj for name, listing in self.bindings.items()}
@@ -321,6 +582,7 @@ class PageListings:
                 if target != name:
                     lines.append(f"{target} = {name}")
             else:
+                self.imported[target] = obj
                 kept.append(alias)
         if kept:
             names = ", ".join(
@@ -329,12 +591,46 @@ class PageListings:
             lines.insert(0, f"from {node.module} import {names}")
         return lines
 
+    def _unshadow(self, tree: ast.Module) -> None:
+        """Listing cells that use a package module by a name this cell binds to something
+        else (plot_07: the module ``layer_norm``, then the function ``layer_norm``) take
+        ``module.name`` as ``name``: from the definitions above, else imported."""
+        bound = {
+            alias.asname or alias.name.partition(".")[0]
+            for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)
+            for alias in node.names
+        } | {n for node in tree.body for n in _bound_names(node)}  # fmt: skip
+        for entry in list(self.module_globals):
+            cell, name, module, listed_before = entry
+            if name not in bound:
+                continue
+            self.module_globals.remove(entry)
+            pattern = rf"(?<![\w.]){re.escape(name)}\.(\w+)"
+            attributes = sorted(set(re.findall(pattern, cell[0])))
+            text = re.sub(pattern, r"\1", cell[0])
+            # The import of the module itself, alone or among others.
+            text = re.sub(
+                rf"^from (\S+) import (.*)\b{re.escape(name)}\b(, )?(.*)$",
+                lambda m: f"from {m[1]} import {m[2]}{m[4]}".rstrip(", "),
+                text, count=1, flags=re.M,
+            )  # fmt: skip
+            text = re.sub(r"^from \S+ import\s*$\n?", "", text, flags=re.M)
+            outside = [a for a in attributes if a not in listed_before]
+            if outside:
+                text = re.sub(
+                    r"^(?=(class|def|@) )",
+                    f"from {module.__name__} import {', '.join(outside)}\n\n\n",
+                    text, count=1, flags=re.M,
+                )  # fmt: skip
+            cell[0] = text
+
     def rewrite(self, code: str) -> str:
         """A code cell with its imports of listed objects taken from the definitions above."""
         try:
             tree = ast.parse(code)
         except SyntaxError:
             return code
+        self._unshadow(tree)
         lines = code.splitlines()
         for node in reversed(tree.body):
             if isinstance(node, ast.Import):

@@ -306,11 +306,11 @@ def test_compiling_after_distutils_was_imported_prints_no_setuptools_warning(tmp
         from pathlib import Path
         import double_backward.graph  # torchviz: distutils first, as on the pages
         from double_backward.functions import cpp_extension
-        cpp_extension.SOURCE = Path({str(tmp_path / "missing.cpp")!r})
+        missing = Path({str(tmp_path / "missing.cpp")!r})
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                cpp_extension._compile(Path({str(tmp_path / "build")!r}), "probe")
+                cpp_extension._compile(Path({str(tmp_path / "build")!r}), "probe", missing)
             except FileNotFoundError:
                 pass
         print([str(w.message) for w in caught if "istutils" in str(w.message)])
@@ -320,3 +320,32 @@ def test_compiling_after_distutils_was_imported_prints_no_setuptools_warning(tmp
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+# -- a reader's own source (the downloads' editable cube.cpp) ------------------------
+
+
+def test_the_packages_source_given_as_text_is_the_same_cached_build(extension):
+    # The downloads hold cube.cpp as a string; unedited, it must not compile again.
+    text = cpp_extension.SOURCE.read_text()
+    assert cpp_extension.build_directory(source=text) == extension.directory
+    assert cpp_extension.build_directory(source=text + "// edited\n") != (
+        extension.directory
+    )
+    build = cpp_extension.build_extension(source=text)
+    assert build.from_cache and build.directory == extension.directory
+
+
+def test_a_source_given_to_load_extension_becomes_the_process_extension(
+    extension, monkeypatch
+):
+    monkeypatch.setattr(cpp_extension, "_loaded", [extension])
+    given = cpp_extension.load_extension(source=cpp_extension.SOURCE.read_text())
+    assert given is not extension  # built (here: found in the cache) for that source
+    assert cpp_extension.load_extension() is given
+    assert cube(torch.tensor([2.0], dtype=torch.float64)).item() == 8.0
+
+
+def test_a_source_that_is_not_text_is_refused():
+    with pytest.raises(TypeError, match="C\\+\\+ source as a str, got PosixPath"):
+        cpp_extension.build_extension(source=cpp_extension.SOURCE)

@@ -18,6 +18,10 @@ a C++ compiler) into a build directory in a cache outside the source tree:
 version and the Python ABI, so a changed source or torch builds afresh, and a finished build
 is imported again directly (no compiler needed) by every later process: tests, docs builds,
 the example scripts.
+
+A reader's own version of the source (the downloads hold ``cube.cpp`` as an editable string)
+is built the same way by ``load_extension(source=...)``, which makes it the process's extension:
+:func:`cube` and the others then run it.
 """
 
 from __future__ import annotations
@@ -89,9 +93,13 @@ def cache_dir() -> Path:
     return Path(base) / "double_backward"
 
 
-def build_key() -> str:
-    """A hash of everything the compiled library depends on besides the compiler."""
-    hasher = hashlib.sha256(SOURCE.read_bytes())
+def build_key(source: str | None = None) -> str:
+    """A hash of everything the compiled library depends on besides the compiler.
+
+    ``source`` is C++ source text to build instead of ``csrc/cube.cpp``.
+    """
+    code = SOURCE.read_bytes() if source is None else source.encode()
+    hasher = hashlib.sha256(code)
     for part in (
         torch.__version__,
         sys.implementation.cache_tag,
@@ -106,9 +114,9 @@ def _module_name(key: str) -> str:
     return f"double_backward_cube_{key}"
 
 
-def build_directory(root: Path | None = None) -> Path:
+def build_directory(root: Path | None = None, source: str | None = None) -> Path:
     """Where this source, for this torch and Python, is built: ``<cache>/cpp_extension/<key>``."""
-    return (cache_dir() if root is None else root) / "cpp_extension" / build_key()
+    return (cache_dir() if root is None else root) / "cpp_extension" / build_key(source)
 
 
 def _compiler_problem() -> str | None:
@@ -174,7 +182,7 @@ _SETUPTOOLS_ORDER_WARNINGS = (
 )
 
 
-def _compile(directory: Path, name: str) -> ModuleType:
+def _compile(directory: Path, name: str, source: Path = SOURCE) -> ModuleType:
     what = "Building the double_backward C++ extension"
     with warnings.catch_warnings():
         # torch's cpp_extension imports setuptools; when distutils came first (torchviz
@@ -202,18 +210,27 @@ def _compile(directory: Path, name: str) -> ModuleType:
         directory.mkdir(parents=True, exist_ok=True)
         return cpp_extension.load(
             name=name,
-            sources=[str(SOURCE)],
+            sources=[str(source)],
             extra_cflags=list(_EXTRA_CFLAGS),
             build_directory=str(directory),
             verbose=False,
         )
 
 
-def build_extension(root: Path | None = None) -> Build:
+def build_extension(root: Path | None = None, source: str | None = None) -> Build:
     """Import the extension from the cache under ``root`` (default :func:`cache_dir`), building
     it there first if needed. Raises :class:`CompilerNotFoundError` when it must be built and
-    there is no compiler, :class:`PythonHeadersNotFoundError` when there is no ``Python.h``."""
-    directory = build_directory(root)
+    there is no compiler, :class:`PythonHeadersNotFoundError` when there is no ``Python.h``.
+
+    ``source``: C++ source text to build instead of ``csrc/cube.cpp`` (written to ``cube.cpp``
+    in its build directory); it must define the same ``PYBIND11_MODULE`` functions.
+    """
+    if source is not None and not isinstance(source, str):
+        raise TypeError(
+            "build_extension: source must be the C++ source as a str, "
+            f"got {type(source).__name__}"
+        )
+    directory = build_directory(root, source)
     name = _module_name(directory.name)
     library = directory / f"{name}.so"
     start = time.perf_counter()
@@ -222,7 +239,12 @@ def build_extension(root: Path | None = None) -> Build:
         return Build(module, directory, time.perf_counter() - start, from_cache=True)
     _require_compiler(directory)
     _require_python_headers(directory)
-    module = _compile(directory, name)
+    source_path = SOURCE
+    if source is not None:
+        directory.mkdir(parents=True, exist_ok=True)
+        source_path = directory / SOURCE.name
+        source_path.write_text(source)
+    module = _compile(directory, name, source_path)
     (directory / _DONE_MARKER).write_text(f"{name}\n")
     return Build(module, directory, time.perf_counter() - start, from_cache=False)
 
@@ -230,14 +252,20 @@ def build_extension(root: Path | None = None) -> Build:
 _loaded: list[Build] = []  # the process's one Build, once made
 
 
-def load_extension() -> Build:
+def load_extension(source: str | None = None) -> Build:
     """The extension, built or imported once per process (see :func:`build_extension`).
+
+    With ``source`` (C++ source text), that source is built (or found cached) and becomes the
+    process's extension: :func:`cube`, :func:`cube_backward` and :func:`cube_untracked` run it
+    from then on.
 
     Remembered in a module-level list rather than with ``functools.cache``: torch.compile
     warns about every call to a cache-wrapped function it traces, and the Functions below call
     this on every call.
     """
-    if not _loaded:
+    if source is not None:
+        _loaded[:] = [build_extension(source=source)]
+    elif not _loaded:
         _loaded.append(build_extension())
     return _loaded[0]
 

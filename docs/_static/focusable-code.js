@@ -1,6 +1,9 @@
-// A code block that scrolls sideways must be reachable by keyboard (WCAG 2.1.1).
+// A code block or a display formula that scrolls sideways must be reachable by keyboard
+// (WCAG 2.1.1): each gets a tab stop.
 document.addEventListener("DOMContentLoaded", () => {
-  for (const pre of document.querySelectorAll("pre:not([tabindex])")) {
-    pre.setAttribute("tabindex", "0");
+  for (const region of document.querySelectorAll(
+    "pre:not([tabindex]), .math-wrapper:not([tabindex])",
+  )) {
+    region.setAttribute("tabindex", "0");
   }
 });

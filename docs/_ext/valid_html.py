@@ -5,6 +5,9 @@
 - sphinx-gallery thumbnails carry a non-standard ``tooltip`` attribute, which the Nu
   validator rejects: make it ``data-tooltip``, which is valid, and ``_static/custom.css``
   shows sphinx-gallery's tooltip from it as sphinx-gallery's stylesheet does from ``tooltip``.
+- Their images have no size, so the gallery shifts as they load (Lighthouse's "unsized
+  images"): give each the box sphinx-gallery's stylesheet fits them in (160 x 112), in which
+  ``custom.css`` scales the image without distorting it, and load those below the fold lazily.
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ class AccessibleHTMLTranslator(HTML5Translator):
             super().visit_title(node)
 
 
+# sphinx-gallery's max-width and max-height of a thumbnail (sg_gallery.css).
+THUMBNAIL_BOX = {"width": "160", "height": "112", "loading": "lazy"}
+
+
 def _valid_thumbnail_attributes(
     app: Sphinx, doctree: nodes.document, docname: str
 ) -> None:
@@ -37,6 +44,12 @@ def _valid_thumbnail_attributes(
             and "sphx-glr-thumbcontainer" in text
         ):
             raw.children = [nodes.Text(text.replace(" tooltip=", " data-tooltip="))]
+    for image in doctree.findall(nodes.image):
+        if "/images/thumb/sphx_glr_" in image["uri"]:
+            image.attributes.update(THUMBNAIL_BOX)
+            # A sized image becomes a link to itself in Sphinx: the thumbnail's alt is empty
+            # (its title is the link), so that link would have no name.
+            image["classes"].append("no-scaled-link")
 
 
 def setup(app: Sphinx) -> dict[str, object]:

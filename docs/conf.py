@@ -41,6 +41,7 @@ extensions = [
     "complete_downloads",  # in _ext/: scripts, notebooks and zips with the code they show
     "package_wheel",  # in _ext/: the package's wheel, served by the site, and its install line
     "valid_html",  # in _ext/: ARIA and validity fixes to generated HTML
+    "code_links",  # in _ext/: no links from variables to the built-in type they hold
     "page_descriptions",  # in _ext/: a meta description on every page
     "error_index",  # in _ext/: the error table, from messages raised at build time
     "compatibility_matrix",  # in _ext/: every Function under every transform, run at build time

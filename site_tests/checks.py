@@ -50,15 +50,28 @@ def page_url(base_url: str, site: Path, page: Path) -> str:
 
 
 def _load_images(page: Page) -> list[str]:
-    """Make every image load (lazy ones too); return the sources that did not decode."""
+    """Make every image load (lazy ones too); return the sources that did not decode, and
+    the figures whose width and height attributes do not have the image's proportions."""
     return page.evaluate(
         """async () => {
             const broken = [];
             for (const img of Array.from(document.images)) {
                 img.loading = "eager";
                 try { await img.decode(); }
-                catch (e) { broken.push(img.currentSrc || img.src); continue; }
-                if (img.naturalWidth === 0 || img.naturalHeight === 0) broken.push(img.src);
+                catch (e) { broken.push(`did not decode: ${img.currentSrc || img.src}`); continue; }
+                if (img.naturalWidth === 0 || img.naturalHeight === 0) {
+                    broken.push(`did not decode: ${img.src}`);
+                    continue;
+                }
+                // A figure's width and height attributes reserve its box before it loads:
+                // they must have the image's own proportions, or the page jumps (or the
+                // figure is distorted) when it arrives.
+                const [w, h] = [img.getAttribute("width"), img.getAttribute("height")];
+                if (img.classList.contains("sphx-glr-single-img") && w && h
+                    && Math.abs((w / h) / (img.naturalWidth / img.naturalHeight) - 1) > 0.02) {
+                    broken.push(`sized ${w}x${h}, drawn ${img.naturalWidth}x`
+                                + `${img.naturalHeight}: ${img.src}`);
+                }
             }
             return broken;
         }"""
@@ -105,7 +118,7 @@ def browser_problems(browser: Browser, urls: list[str]) -> list[str]:
         page.route("**/*", functools.partial(_local_only, local_host, url, problems))
         page.goto(url, wait_until="load")
         problems.extend(
-            f"{url}: image did not decode: {src}" for src in _load_images(page)
+            f"{url}: image {problem}" for problem in _load_images(page)
         )
         page.wait_for_load_state("networkidle")
         page.close()

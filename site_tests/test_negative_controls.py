@@ -43,6 +43,17 @@ def test_browser_check_catches_a_deleted_svg(broken_site, broken_base_url, brows
     assert any("image did not decode" in p for p in problems), problems
 
 
+def test_browser_check_catches_a_figure_sized_out_of_proportion(
+    broken_site, broken_base_url, browser
+):
+    page = broken_site / "auto_examples/plot_20_costs.html"
+    text = page.read_text()
+    assert '<img loading="lazy" decoding="async" width="720" height="461"' in text
+    page.write_text(text.replace('width="720" height="461"', 'width="720" height="720"', 1))
+    problems = browser_problems(browser, [f"{broken_base_url}/auto_examples/plot_20_costs.html"])
+    assert any("image sized 720x720, drawn 720x461" in p for p in problems), problems
+
+
 def test_browser_check_catches_a_script_error(broken_site, broken_base_url, browser):
     inject(
         broken_site / "index.html",

@@ -1,0 +1,34 @@
+"""valid_html: the size a figure's <img> reserves is its SVG's own, in CSS pixels."""
+
+from __future__ import annotations
+
+import pytest
+
+from valid_html import svg_size
+
+SVG = '<svg xmlns="http://www.w3.org/2000/svg" {attributes}></svg>'
+
+
+@pytest.mark.parametrize(
+    ("attributes", "size"),
+    [
+        ('width="540pt" height="345.6pt"', (720, 461)),  # matplotlib: 72 pt = 96 px
+        ('width="217px" height="304px"', (217, 304)),
+        ('width="100" height="50"', (100, 50)),  # user units are CSS pixels
+        ('width="1in" height="2.54cm"', (96, 96)),
+    ],
+)
+def test_svg_size_converts_absolute_units_to_css_pixels(tmp_path, attributes, size):
+    path = tmp_path / "figure.svg"
+    path.write_text(SVG.format(attributes=attributes))
+    assert svg_size(path) == size
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    ['width="100%" height="100%"', 'viewBox="0 0 10 10"', 'width="10em" height="5em"'],
+)
+def test_svg_size_is_none_without_an_absolute_width_and_height(tmp_path, attributes):
+    path = tmp_path / "figure.svg"
+    path.write_text(SVG.format(attributes=attributes))
+    assert svg_size(path) is None

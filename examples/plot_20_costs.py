@@ -12,7 +12,8 @@ machine). The times come from a benchmark run committed with the package, since 
 shared build machine would be noise; the page names that machine and says how to measure yours.
 You will see why ``Square`` beats ``x**2``, why materialised zero gradients cost ``Sinh`` time
 and can turn an overflow into ``nan``, and when recomputing is the better trade.
-(The plots are drawn with matplotlib, which the package's ``plots`` extra installs.)
+(The plots are drawn by :mod:`double_backward.cost_plots` with matplotlib, which the
+package's ``plots`` extra installs.)
 """
 
 # %%
@@ -80,20 +81,13 @@ for name, native in natives.items():
 # beyond the input); the tutorial's form and the materialised variant also make the first
 # backward save two tensors of zeros for the second.
 import matplotlib.pyplot as plt
-import numpy as np
 
-names = list(saved)
-extra = np.array([saved[name].extra_bytes / n for name in names])
-new = np.array([saved[name].new_in_backward_bytes / n for name in names])
-fig, ax = plt.subplots(figsize=(7.5, 4.8), layout="constrained")
-ax.barh(names, extra, color="#c0392b", label="extra, saved by forward")
-ax.barh(
-    names, new, left=extra, color="#e59866", label="new, saved by the first backward"
-)
-ax.invert_yaxis()
-ax.set_xlabel("bytes per element (float32)")
-ax.legend(loc="lower right")
-ax.set_title("Kept for backward beyond input and output")
+from double_backward.cost_plots import saved_bytes_figure
+
+saved_bytes_figure({
+    name: (report.extra_bytes / n, report.new_in_backward_bytes / n)
+    for name, report in saved.items()
+})  # fmt: skip
 plt.show()
 
 # %%
@@ -104,45 +98,27 @@ plt.show()
 # Python and dispatch, where a custom Function pays for ``apply``; from about 1e5 elements the
 # kernels and their memory traffic decide. (The ``setup_context`` versions are in the tables.)
 
-from matplotlib.ticker import NullFormatter
+from double_backward.cost_plots import time_against_size_figure
+from double_backward.costs import time_series
 
 # sphinx_gallery_thumbnail_number = 2
 times = measurements["devices"]["cpu"]["times"]
-
-
-def series(name: str, kind: str = "double_backward"):
-    rows = sorted((r for r in times if r["case"] == name and r["kind"] == kind),
-                  key=lambda r: r["size"])  # fmt: skip
-    return [[r[key] for r in rows] for key in ("size", "ratio", "ratio_q1", "ratio_q3")]
-
-
 size_labels = "".join(f"{size:>8.0e}" for size in settings["sizes"])
 
 
-panels = {
+def ratio_row(name: str) -> str:
+    """A case's double backward time, custom / native, at each size."""
+    ratios = time_series(times, name)[1]
+    return f"{name:<28}" + "".join(f"{ratio:>8.2f}" for ratio in ratios)
+
+
+time_against_size_figure(times, {
     "The package's Functions": ["Square", "Exp", "Sinh", "Cube (NumPy backward)", "Sin",
                                 "Cos"],
     "Ways to write sinh": ["Sinh", "Sinh, before: out of place", "Sinh, tutorial form",
                            "Sinh, zeros materialised", "Sinh, recompute in backward",
                            "Sinh, native ops inside"],
-}  # fmt: skip
-fig, axes = plt.subplots(1, 2, figsize=(10, 6), sharey=True, layout="constrained")
-for ax, (title, cases) in zip(axes, panels.items(), strict=True):
-    for index, name in enumerate(cases):
-        sizes, ratio, low, high = series(name)
-        style = "--" if "before" in name else "-"
-        line = ax.plot(sizes, ratio, style, marker="o", markersize=3, label=name,
-                       color=plt.cm.tab10(index))[0]  # fmt: skip
-        ax.fill_between(sizes, low, high, color=line.get_color(), alpha=0.12)
-    ax.axhline(1.0, color="black", linestyle=":", linewidth=1)
-    ax.set(xscale="log", yscale="log", xlabel="elements (float32)", title=title)
-    ax.set_yticks([0.25, 0.5, 1, 2, 4], labels=["0.25", "0.5", "1", "2", "4"])
-    ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.legend(
-        fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=2
-    )
-axes[0].set_ylabel("double backward time, custom / native")
-fig.suptitle("Double backward time, custom Function / native op, float32, 1 thread")
+})  # fmt: skip
 plt.show()
 
 # %%
@@ -211,7 +187,7 @@ for name, fn in (
     show_ops(f"{name}, second backward", backward_ops(fn, torch.randn(4))[1])
 print(f"\n{'':<28}{size_labels}")
 for name in ("Cube (NumPy backward)", "Cube (setup_context)"):
-    print(f"{name:<28}" + "".join(f"{ratio:>8.2f}" for ratio in series(name)[1]))
+    print(ratio_row(name))
 
 # %%
 # Why materialised zeros cost ``Sinh`` time
@@ -247,7 +223,7 @@ for name in (
     "Sinh, zeros materialised",
     "Sinh, tutorial form",
 ):
-    print(f"{name:<28}" + "".join(f"{ratio:>8.2f}" for ratio in series(name)[1]))
+    print(ratio_row(name))
 
 # %%
 # ... and can turn an overflow into ``nan``
@@ -288,7 +264,7 @@ for name, fn in (("before", sinh_out_of_place), ("after", sinh)):
     show_ops(f"{name}, forward", aten_ops(lambda fn=fn: fn(x)))
 for size in settings["sizes"][-3:]:
     before, after = (
-        series(name)[1][settings["sizes"].index(size)]
+        time_series(times, name)[1][settings["sizes"].index(size)]
         for name in ("Sinh, before: out of place", "Sinh")
     )
     print(f"double backward at {size:.0e}: before {before:.2f}x, after {after:.2f}x "
@@ -327,7 +303,7 @@ for name in ("Sinh", "Sinh, recompute in backward", "Sinh, native ops inside"):
           f"(torch.sinh {native_peak:.0f}), time {ratio:.2f}x")  # fmt: skip
 print(f"\n{'':<28}{size_labels}")
 for name in ("Sinh", "Sinh, recompute in backward", "Sinh, native ops inside"):
-    print(f"{name:<28}" + "".join(f"{ratio:>8.2f}" for ratio in series(name)[1]))
+    print(ratio_row(name))
 
 # %%
 # Peak memory of one double backward
@@ -414,33 +390,9 @@ for row in attention["targets"]:
 # %%
 # The same figures drawn: memory kept for backward on the left (counted now), time on the
 # right (committed), each bar custom / MATH with its target.
-fig, (memory_ax, time_ax) = plt.subplots(1, 2, figsize=(9, 3.2), layout="constrained")
-names = list(attention_extra)
-memory_bars = memory_ax.barh(names, [attention_extra[name] / 2**20 for name in names],
-                             color=["#2e86c1", "#c0392b"])  # fmt: skip
-memory_ax.bar_label(memory_bars, fmt="%.2f MiB", padding=3)
-memory_ax.set(
-    xscale="log", xlim=(0.01, 5000), xlabel="MiB kept beyond inputs and output"
-)
-memory_ax.invert_yaxis()
-kinds = list(labels)
-ratios = [attention["times"][kind]["ratio"] for kind in kinds]
-spread = np.array([[ratio - attention["times"][kind]["ratio_q1"],
-                    attention["times"][kind]["ratio_q3"] - ratio]
-                   for kind, ratio in zip(kinds, ratios, strict=True)]).T  # fmt: skip
-time_bars = time_ax.barh([labels[kind] for kind in kinds], ratios, xerr=spread,
-                         color="#2e86c1")  # fmt: skip
-time_ax.bar_label(time_bars, fmt="%.2fx", label_type="center", color="white")
-targets = {row["target"]: row["at_most"] for row in attention["targets"]}
-time_ax.scatter([targets[kind] for kind in kinds], [labels[kind] for kind in kinds],
-                marker="|", s=400, color="black", label="target", zorder=3)  # fmt: skip
-time_ax.axvline(1.0, color="black", linestyle=":", linewidth=1)
-time_ax.set(xlabel="time, ops / MATH backend", xlim=(0, 2.2))
-time_ax.invert_yaxis()
-time_ax.legend(loc="upper right")
-fig.suptitle(
-    f"Attention, B={batch}, H={heads}, L=S={length}, d={features}, float32, 1 thread"
-)
+from double_backward.cost_plots import attention_figure
+
+attention_figure(attention, attention_extra, labels)
 plt.show()
 
 # %%

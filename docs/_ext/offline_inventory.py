@@ -170,6 +170,16 @@ INVENTORIES = {
             )
         ],
     ),
+    "matplotlib": (
+        "https://matplotlib.org/stable/",
+        [
+            (
+                "py:class",
+                "matplotlib.figure.Figure",
+                "api/_as_gen/matplotlib.figure.Figure.html#matplotlib.figure.Figure",
+            )
+        ],
+    ),
     "graphviz": (
         "https://graphviz.readthedocs.io/en/stable/",
         [

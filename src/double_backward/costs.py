@@ -8,7 +8,7 @@
   before it, :func:`held_memory` what the step leaves allocated (a graph kept alive);
 - :data:`CASES` pairs each Function of the package with its native counterpart; the benchmark
   ``benchmarks/functions.py`` times them and :func:`load_measurements` reads its committed
-  results, which the "What it costs" page plots.
+  results, which the "What it costs" page plots (:func:`time_series` picks one case's).
 
 torch only: nothing here needs NumPy or matplotlib.
 """
@@ -381,3 +381,21 @@ def load_measurements(name: str = "functions") -> dict[str, Any]:
         )
     text = resources.files(__package__).joinpath("measurements", f"{name}.json")
     return json.loads(text.read_text(encoding="utf-8"))
+
+
+def time_series(
+    times: list[dict[str, Any]], case: str, kind: str = "double_backward"
+) -> tuple[list[int], list[float], list[float], list[float]]:
+    """One case's committed time ratios by size: (sizes, median ratio, first quartile, third
+    quartile), ascending in size. ``times`` is ``load_measurements()["devices"]["cpu"]["times"]``;
+    ``kind`` is ``"double_backward"`` or ``"forward_backward"``."""
+    rows = sorted((r for r in times if r["case"] == case and r["kind"] == kind),
+                  key=lambda r: r["size"])  # fmt: skip
+    if not rows:
+        known = sorted({(r["case"], r["kind"]) for r in times})
+        raise ValueError(f"time_series: no times for case {case!r}, kind {kind!r}; the "
+                         f"measurements have (case, kind) in {known}")  # fmt: skip
+    sizes, ratios, q1, q3 = (
+        [r[key] for r in rows] for key in ("size", "ratio", "ratio_q1", "ratio_q3")
+    )
+    return sizes, ratios, q1, q3

@@ -7,6 +7,8 @@ and prints the four category scores per page. The search page is left out: Sphin
 ``noindex`` on purpose (a results page has nothing to index), which Lighthouse's SEO category
 counts against it.
 Scores are a report, not a gate: the command fails only when Lighthouse itself fails.
+``--runs N`` audits each page N times and prints each category's median, as Lighthouse's
+documentation advises for performance, which varies from run to run.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import gzip
 import io
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -78,7 +81,11 @@ def audit(url: str, report: Path) -> dict[str, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--site", type=Path, default=ROOT / "docs" / "_build" / "html")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="audits per page; the median score of each category is printed")  # fmt: skip
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.error(f"--runs must be at least 1, got {args.runs}")
     if not (args.site / "index.html").is_file():
         sys.exit(f"no built site at {args.site}: run `nox -s docs` first")
     pages = sorted(page.relative_to(args.site).as_posix()
@@ -89,13 +96,20 @@ def main() -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base_url = f"http://127.0.0.1:{server.server_address[1]}"
     header = f"{'page':48}" + "".join(f"{name:>16}" for name in CATEGORIES)
+    if args.runs > 1:
+        header += "  performance of each run"
     print(header)
     try:
         with tempfile.TemporaryDirectory() as reports:
             for number, page in enumerate(pages):
-                scores = audit(f"{base_url}/{page}", Path(reports) / f"{number}.json")
+                runs = [audit(f"{base_url}/{page}", Path(reports) / f"{number}-{run}.json")
+                        for run in range(args.runs)]  # fmt: skip
+                scores = {name: statistics.median_low([run[name] for run in runs])
+                          for name in CATEGORIES}  # fmt: skip
+                each = ", ".join(str(run["performance"]) for run in runs)
                 print(
                     f"{page:48}" + "".join(f"{scores[name]:>16}" for name in CATEGORIES)
+                    + (f"  {each}" if args.runs > 1 else "")
                 )
     finally:
         server.shutdown()

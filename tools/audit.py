@@ -81,8 +81,9 @@ def audit(url: str, report: Path) -> dict[str, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--site", type=Path, default=ROOT / "docs" / "_build" / "html")
-    parser.add_argument("--runs", type=int, default=1,
-                        help="audits per page; the median score of each category is printed")  # fmt: skip
+    parser.add_argument(
+        "--runs", type=int, default=1, help="audits per page; each category's median is printed"
+    )
     args = parser.parse_args()
     if args.runs < 1:
         parser.error(f"--runs must be at least 1, got {args.runs}")
@@ -95,7 +96,8 @@ def main() -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base_url = f"http://127.0.0.1:{server.server_address[1]}"
-    header = f"{'page':48}" + "".join(f"{name:>16}" for name in CATEGORIES)
+    width = max(len("page"), *map(len, pages)) + 2  # columns stay aligned
+    header = f"{'page':{width}}" + "".join(f"{name:>16}" for name in CATEGORIES)
     if args.runs > 1:
         header += "  performance of each run"
     print(header)
@@ -108,7 +110,7 @@ def main() -> None:
                           for name in CATEGORIES}  # fmt: skip
                 each = ", ".join(str(run["performance"]) for run in runs)
                 print(
-                    f"{page:48}" + "".join(f"{scores[name]:>16}" for name in CATEGORIES)
+                    f"{page:{width}}" + "".join(f"{scores[name]:>16}" for name in CATEGORIES)
                     + (f"  {each}" if args.runs > 1 else "")
                 )
     finally:

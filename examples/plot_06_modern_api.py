@@ -67,7 +67,8 @@ for name, (ours, native) in FUNCTIONS.items():
 # -------------------------
 # :func:`torch.func.hessian` is forward mode over reverse mode. Without a ``jvp``
 # staticmethod, reverse mode still works but forward mode raises
-# (:class:`~double_backward.functions.failures.SquareWithoutJvp` is the modern ``Square`` minus ``jvp``):
+# (:class:`~double_backward.functions.failures.SquareWithoutJvp` is the modern ``Square``
+# minus ``jvp``):
 from double_backward.functions.failures import SquareWithoutJvp
 
 jacobian = jacrev(SquareWithoutJvp.apply)(x)
@@ -110,9 +111,9 @@ for requires_grad in (False, True):
         print(f"input requires grad: {requires_grad!s:5}  compiles")
     except Exception as error:
         explanation = next(line.strip() for line in str(error).splitlines()
-                           if "Explanation" in line)  # fmt: skip
+                           if "Explanation" in line)
         print(f"input requires grad: {requires_grad!s:5}  {type(error).__name__}: "
-              f"{str(error).splitlines()[0]}\n{'':28}{explanation}")  # fmt: skip
+              f"{str(error).splitlines()[0]}\n{'':28}{explanation}")
 
 # %%
 # A NumPy forward under ``vmap``

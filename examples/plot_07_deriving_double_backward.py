@@ -62,7 +62,7 @@ for name, op in ops.items():
     _, jv = torch.func.jvp(op, (x.detach(),), (v,))
     (jtv,) = torch.autograd.grad(op(x), x, v)
     print(f"{name:<12}{(part - jv).abs().max().item():>17.1e}"
-          f"{(part - jtv).abs().max().item():>20.1e}")  # fmt: skip
+          f"{(part - jtv).abs().max().item():>20.1e}")
 
 # %%
 # Softmax, worked out
@@ -107,7 +107,7 @@ x_small = torch.randn(4, dtype=torch.float64, requires_grad=True)
     softmax(x_small, 0), x_small, torch.randn(4, dtype=torch.float64), create_graph=True
 )
 autograd_graph({"grad_x": grad_x}, {"x": x_small},
-               title="grad_x of Softmax: torch ops on y, which leads back to x")  # fmt: skip
+               title="grad_x of Softmax: torch ops on y, which leads back to x")
 
 # %%
 # Version 2: a hand-written ``SoftmaxBackward``
@@ -129,9 +129,9 @@ from double_backward.functions.softmax import softmax_hand_written
 (grad_x,) = torch.autograd.grad(
     softmax_hand_written(x_small, 0), x_small, torch.randn(4, dtype=torch.float64),
     create_graph=True,
-)  # fmt: skip
+)
 autograd_graph({"grad_x": grad_x}, {"x": x_small},
-               title="grad_x of SoftmaxHandWritten: one SoftmaxBackward node")  # fmt: skip
+               title="grad_x of SoftmaxHandWritten: one SoftmaxBackward node")
 
 # %%
 # Version 3: the ``jvp`` reused
@@ -160,7 +160,7 @@ weights = torch.randn(3, 5, dtype=torch.float64)
 ours = jacfwd(jacrev(lambda t: (softmax_with_jvp(t, -1) * weights).sum()))(x.detach())
 native = hessian(lambda t: (torch.softmax(t, -1) * weights).sum())(x.detach())
 print(f"forward-over-reverse Hessian vs native: max difference "
-      f"{(ours - native).abs().max().item():.1e}")  # fmt: skip
+      f"{(ours - native).abs().max().item():.1e}")
 
 # %%
 # All three against ``torch.softmax``, to the third derivative
@@ -189,7 +189,7 @@ def directional_derivatives(f, x, seed=1):
 x3 = torch.randn(2, 3, 4, dtype=torch.float64)
 expected = directional_derivatives(lambda t: torch.softmax(t, 1), x3)
 versions = {"Softmax": softmax, "SoftmaxHandWritten": softmax_hand_written,
-            "SoftmaxWithJvp": softmax_with_jvp}  # fmt: skip
+            "SoftmaxWithJvp": softmax_with_jvp}
 print(f"{'':<20}{'value':>10}{'gradient':>10}{'HVP':>10}{'third':>10}")
 for name, fn in versions.items():
     got = directional_derivatives(lambda t, fn=fn: fn(t, 1), x3)
@@ -292,14 +292,14 @@ except GradcheckError as error:
 def hvp_error(norm, width, seed, rows=8):
     generator = torch.Generator().manual_seed(seed)
     x, grad_out, v = (torch.randn(rows, width, generator=generator, dtype=torch.float64)
-                      for _ in range(3))  # fmt: skip
+                      for _ in range(3))
     weight, bias = (torch.randn(width, generator=generator, dtype=torch.float64)
-                    for _ in range(2))  # fmt: skip
+                    for _ in range(2))
 
     def hvp(f):
         xr = x.clone().requires_grad_()
         (grad_x,) = torch.autograd.grad(f(xr, (width,), weight, bias), xr, grad_out,
-                                        create_graph=True)  # fmt: skip
+                                        create_graph=True)
         return torch.autograd.grad(grad_x, xr, v)[0]
 
     expected = hvp(F.layer_norm)
@@ -310,7 +310,7 @@ print(f"{'N':>5}  relative error of the trap's Hessian-vector product (8 draws)"
 for width in (16, 64, 256, 1024):
     errors = [hvp_error(layer_norm_saves_statistics, width, seed) for seed in range(8)]
     print(f"{width:>5}  min {min(errors):4.0%}  median {sorted(errors)[4]:4.0%}  "
-          f"max {max(errors):4.0%}")  # fmt: skip
+          f"max {max(errors):4.0%}")
 
 # %%
 # In a composed loss: a gradient penalty
@@ -345,7 +345,7 @@ def penalty_gradient(norm, seed=0, batch=64, features=16, hidden=32):
 
 expected = penalty_gradient(F.layer_norm)
 for name, norm in (("the trap", layer_norm_saves_statistics), ("LayerNorm", layer_norm),
-                   ("LayerNormWithStatistics", layer_norm_with_statistics)):  # fmt: skip
+                   ("LayerNormWithStatistics", layer_norm_with_statistics)):
     error = (penalty_gradient(norm) - expected).norm() / expected.norm()
     print(f"{name:<24} penalty gradient relative error: {error.item():.1e}")
 
@@ -358,7 +358,7 @@ import double_backward
 
 weight6 = torch.randn(6, dtype=torch.float64)
 print(double_backward.check(lambda t: layer_norm_saves_statistics(t, (6,), weight6),
-                            torch.randn(3, 6, dtype=torch.float64)))  # fmt: skip
+                            torch.randn(3, 6, dtype=torch.float64)))
 
 # %%
 # The fix, two ways
@@ -382,7 +382,7 @@ print(double_backward.check(lambda t: layer_norm_saves_statistics(t, (6,), weigh
 #
 # Both, against the same native Hessian-vector products as the trap above:
 for name, norm in (("LayerNorm", layer_norm),
-                   ("LayerNormWithStatistics", layer_norm_with_statistics)):  # fmt: skip
+                   ("LayerNormWithStatistics", layer_norm_with_statistics)):
     worst = max(
         hvp_error(norm, width, seed) for width in (16, 256) for seed in range(4)
     )
@@ -418,7 +418,7 @@ reference = directional_derivatives(
 print(f"torch {torch.__version__}; largest difference from the composed LayerNorm:")
 print(f"{'':<24}{'value':>10}{'gradient':>10}{'HVP':>10}{'third':>10}")
 for name, norm in (("F.layer_norm", F.layer_norm), ("LayerNorm", layer_norm),
-                   ("LayerNormWithStatistics", layer_norm_with_statistics)):  # fmt: skip
+                   ("LayerNormWithStatistics", layer_norm_with_statistics)):
     try:
         got = directional_derivatives(
             lambda t, norm=norm: norm(t, (8,), w_ln, b_ln), x_ln
@@ -440,11 +440,11 @@ for name, norm in (("F.layer_norm", F.layer_norm), ("LayerNorm", layer_norm)):
 
     def gradient(t, norm=norm):
         return torch.autograd.grad(norm(t, (6,), weight6, None), t, grad_out6,
-                                   create_graph=True)[0]  # fmt: skip
+                                   create_graph=True)[0]
 
     try:
         print(f"{name:<14} gradgradcheck of the gradient passed: "
-              f"{gradgradcheck(gradient, (x_fd,))}")  # fmt: skip
+              f"{gradgradcheck(gradient, (x_fd,))}")
     except (GradcheckError, RuntimeError) as error:
         first_line = str(error).splitlines()[0].rstrip(",")
         print(f"{name:<14} gradgradcheck of the gradient: {first_line}")
@@ -464,12 +464,12 @@ measured = load_measurements("softmax_layer_norm")
 machine, settings = measured["machine"], measured["settings"]
 print(f"measured {measured['date']} on {machine['cpu']}, {machine['cores']} cores (shared), "
       f"torch {machine['torch']}, {settings['dtype']}, {settings['threads']} thread, "
-      f"median of {settings['rounds']} paired rounds")  # fmt: skip
+      f"median of {settings['rounds']} paired rounds")
 sizes = settings["sizes"]
 ratios = {(r["case"], r["size"], r["kind"]): r["ratio"] for r in measured["times"]}
 for kind in ("double_backward", "forward_backward"):
     print(f"\n{kind.replace('_', ' ')}, custom / native    "
-          + "".join(f"{size:>8.0e}" for size in sizes))  # fmt: skip
+          + "".join(f"{size:>8.0e}" for size in sizes))
     for case in measured["cases"]:
         cells = "".join(f"{ratios[(case['case'], size, kind)]:>8.2f}" for size in sizes)
         print(f"{case['case']:<36}{cells}")
@@ -501,7 +501,7 @@ print(f"{'':<24}{'extra B/elt':>12}{'new in backward B/elt':>24}")
 for name, fn in savers.items():
     report = saved_tensors(fn, x_rows)
     print(f"{name:<24}{report.extra_bytes / x_rows.numel():>12.2f}"
-          f"{report.new_in_backward_bytes / x_rows.numel():>24.1f}")  # fmt: skip
+          f"{report.new_in_backward_bytes / x_rows.numel():>24.1f}")
 
 # %%
 # Reading the costs

@@ -114,7 +114,7 @@ with sdpa_kernel(SDPBackend.MATH):
     penalty.backward()
 weight = discriminator.blocks[0].attn.qkv.weight
 print(f"R1 penalty under MATH: {penalty.item():.4f}; its gradient reached the weights: "
-      f"{weight.grad is not None}")  # fmt: skip
+      f"{weight.grad is not None}")
 
 
 def weight_gradients(model):
@@ -198,14 +198,14 @@ attention = load_measurements("attention")
 machine, settings = attention["machine"], attention["settings"]
 print(f"measured {attention['date']} on {machine['cpu']}, {machine['cores']} cores, "
       f"torch {machine['torch']}, {settings['threads']} thread, "
-      f"{settings['rounds']} rounds")  # fmt: skip
+      f"{settings['rounds']} rounds")
 print(f"load average {machine['load_average_start'][0]} at start, "
-      f"{machine['load_average_end'][0]} at end (shared machine)")  # fmt: skip
+      f"{machine['load_average_end'][0]} at end (shared machine)")
 for kind, label in [("forward_backward", "forward + backward"),
-                    ("gradient_penalty", "gradient penalty")]:  # fmt: skip
+                    ("gradient_penalty", "gradient penalty")]:
     timing = attention["times"][kind]
     print(f"{label:19} ops / MATH time: {timing['ratio']:.2f} "
-          f"(quartiles {timing['ratio_q1']:.2f} to {timing['ratio_q3']:.2f})")  # fmt: skip
+          f"(quartiles {timing['ratio_q1']:.2f} to {timing['ratio_q3']:.2f})")
 
 # %%
 # cdist's size trap

@@ -249,7 +249,7 @@ def misses(directions, trials=300):
     generator = torch.Generator().manual_seed(0)
     inputs = [torch.randn(1000, generator=generator) for _ in range(trials)]
     return sum(check(CubeWithHvpError.apply, x, directions=directions, seed=i).ok
-               for i, x in enumerate(inputs))  # fmt: skip
+               for i, x in enumerate(inputs))
 
 
 for k in (1, 2):

@@ -192,11 +192,11 @@ from double_backward.costs import load_measurements
 overhead = load_measurements("call_overhead")
 machine = overhead["machine"]
 print(f"measured {overhead['date']}: {machine['cores']} CPUs, torch {machine['torch']}, "
-      f"load average {machine['load_average_start'][0]}")  # fmt: skip
+      f"load average {machine['load_average_start'][0]}")
 for kind, row in overhead["calls"].items():
     print(f"{kind:17} Cube Function {row['Cube Function us']:6.1f} us, "
           f"cube operator {row['cube operator us']:6.1f} us "
-          f"(operator / Function: {row['operator / Function']:.2f})")  # fmt: skip
+          f"(operator / Function: {row['operator / Function']:.2f})")
 
 # %%
 # Takeaway

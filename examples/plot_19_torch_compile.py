@@ -91,7 +91,7 @@ x32 = torch.tensor([1.0, 89.0, 100.0], requires_grad=True)
 torch._dynamo.reset()
 compiled_sinh = torch.compile(sinh, backend="aot_eager")
 for label, fn in [("eager sinh", sinh), ("compiled sinh", compiled_sinh),
-                  ("torch.sinh", torch.sinh)]:  # fmt: skip
+                  ("torch.sinh", torch.sinh)]:
     (grad_x32,) = torch.autograd.grad(fn(x32).sum(), x32)
     print(f"{label:14} dy/dx at 1, 89, 100: {grad_x32.tolist()}")
 
@@ -108,10 +108,10 @@ overhead = load_measurements("call_overhead")
 compile_time = overhead["compile Square (aot_eager)"]
 machine = overhead["machine"]
 print(f"measured {overhead['date']}: {machine['cores']} CPUs, torch {machine['torch']}, "
-      f"load average {machine['load_average_start'][0]}")  # fmt: skip
+      f"load average {machine['load_average_start'][0]}")
 print(f"first compile in the process: {compile_time['first in the process s']:.2f} s")
 print(f"later compiles, after reset:  {compile_time['after reset, best s']:.2f} to "
-      f"{compile_time['after reset, worst s']:.2f} s")  # fmt: skip
+      f"{compile_time['after reset, worst s']:.2f} s")
 print(f"one eager call:               {compile_time['eager call us']:.1f} us")
 
 # %%

@@ -33,12 +33,12 @@ machine, settings = measurements["machine"], measurements["settings"]
 print(f"measured:  {measurements['date']}")
 print(f"machine:   {machine['cpu']}, {machine['cores']} cores, shared with other users")
 print(f"software:  Python {machine['python']}, torch {machine['torch']}, "
-      f"NumPy {machine['numpy']}")  # fmt: skip
+      f"NumPy {machine['numpy']}")
 print(f"load avg:  {machine['load_average_start']} at start, "
-      f"{machine['load_average_end']} at end (1, 5, 15 min)")  # fmt: skip
+      f"{machine['load_average_end']} at end (1, 5, 15 min)")
 sizes = ", ".join(f"{size:.0e}" for size in settings["sizes"])
 print(f"settings:  {settings['dtype']}, {settings['threads']} thread, "
-      f"median of {settings['rounds']} paired rounds")  # fmt: skip
+      f"median of {settings['rounds']} paired rounds")
 print(f"sizes:     {sizes} elements")
 print(f"malloc:    MALLOC_MMAP_THRESHOLD_={settings['malloc_mmap_threshold']}")
 print(f"GPU:       {machine['cuda']}")
@@ -62,7 +62,7 @@ print(f"{'Function':<28} {'saved by forward':<22} {'extra B/elt':>11} {'new B/el
 for name, report in saved.items():
     roles = ", ".join(s.role for s in report.forward)
     print(f"{name:<28} {roles:<22} {report.extra_bytes / n:>11.0f} "
-          f"{report.new_in_backward_bytes / n:>9.0f}")  # fmt: skip
+          f"{report.new_in_backward_bytes / n:>9.0f}")
 
 # %%
 # The native ops, for comparison: ``x**2`` and ``x**3`` save their input, :func:`torch.exp`
@@ -72,7 +72,7 @@ for name, native in natives.items():
     report = saved_tensors(native, x)
     roles = ", ".join(s.role for s in report.forward)
     print(f"{name:<28} {roles:<22} {report.extra_bytes / n:>11.0f} "
-          f"{report.new_in_backward_bytes / n:>9.0f}")  # fmt: skip
+          f"{report.new_in_backward_bytes / n:>9.0f}")
 
 # %%
 # Saved bytes, drawn
@@ -87,7 +87,7 @@ from double_backward.cost_plots import saved_bytes_figure
 saved_bytes_figure({
     name: (report.extra_bytes / n, report.new_in_backward_bytes / n)
     for name, report in saved.items()
-})  # fmt: skip
+})
 plt.show()
 
 # %%
@@ -118,7 +118,7 @@ time_against_size_figure(times, {
     "Ways to write sinh": ["Sinh", "Sinh, before: out of place", "Sinh, tutorial form",
                            "Sinh, zeros materialised", "Sinh, recompute in backward",
                            "Sinh, native ops inside"],
-})  # fmt: skip
+})
 plt.show()
 
 # %%
@@ -237,7 +237,7 @@ from double_backward.functions.sinh_variants import sinh_materialized
 x = torch.tensor([1.0, 89.0, 100.0], requires_grad=True)
 print(f"{'':<19}{'y at x = 1, 89, 100':^27} | {'dy/dx at x = 1, 89, 100':^27}")
 for name, fn in (("tutorial form", sinh_tutorial), ("zeros materialised", sinh_materialized),
-                 ("package Sinh", sinh), ("torch.sinh", torch.sinh)):  # fmt: skip
+                 ("package Sinh", sinh), ("torch.sinh", torch.sinh)):
     y = fn(x)
     (grad_x,) = torch.autograd.grad(y.sum(), x)
     values = "".join(f"{v:9.3g}" for v in y.tolist())
@@ -268,7 +268,7 @@ for size in settings["sizes"][-3:]:
         for name in ("Sinh, before: out of place", "Sinh")
     )
     print(f"double backward at {size:.0e}: before {before:.2f}x, after {after:.2f}x "
-          "torch.sinh")  # fmt: skip
+          "torch.sinh")
 
 # %%
 # When recomputing wins
@@ -300,7 +300,7 @@ for name in ("Sinh", "Sinh, recompute in backward", "Sinh, native ops inside"):
     native_peak = peaks[name]["native_peak_bytes"] / settings["target_size"]
     ratio = time_at_target[name]
     print(f"{name:<28} extra {extra_bytes:.0f} B/elt, peak {peak:.0f} B/elt "
-          f"(torch.sinh {native_peak:.0f}), time {ratio:.2f}x")  # fmt: skip
+          f"(torch.sinh {native_peak:.0f}), time {ratio:.2f}x")
 print(f"\n{'':<28}{size_labels}")
 for name in ("Sinh", "Sinh, recompute in backward", "Sinh, native ops inside"):
     print(ratio_row(name))
@@ -314,7 +314,7 @@ for name in ("Sinh", "Sinh, recompute in backward", "Sinh, native ops inside"):
 # temporaries of ``Cube``'s backward are not in it.
 for name, row in peaks.items():
     custom, native = (row[f"{side}_peak_bytes"] / settings["target_size"]
-                      for side in ("custom", "native"))  # fmt: skip
+                      for side in ("custom", "native"))
     print(f"{name:<28} {custom:5.1f} B/elt  (native {native:5.1f})")
 
 # %%
@@ -369,7 +369,7 @@ print(f"ops / MATH: {ours / theirs:.4f} (target <= 0.01: {mark})")
 # backward once more (it reaches q, k and v through the output and the logsumexp).
 machine = attention["machine"]
 print(f"measured {attention['date']} on {machine['cpu']}, {machine['cores']} cores, "
-      f"torch {machine['torch']}, 1 thread, {shape['rounds']} paired rounds")  # fmt: skip
+      f"torch {machine['torch']}, 1 thread, {shape['rounds']} paired rounds")
 labels = {
     "forward_backward": "forward + backward",
     "gradient_penalty": "gradient penalty",
@@ -378,11 +378,11 @@ for kind, label in labels.items():
     row = attention["times"][kind]
     seconds = f"{row['custom_seconds']:.3f} s / {row['native_seconds']:.3f} s"
     print(f"{label:<20} {seconds} = {row['ratio']:.2f}x (middle half "
-          f"{row['ratio_q1']:.2f} to {row['ratio_q3']:.2f})")  # fmt: skip
+          f"{row['ratio_q1']:.2f} to {row['ratio_q3']:.2f})")
 for kind, label in labels.items():
     peak = attention["peak_memory"][kind]
     print(f"{label:<20} peak memory {peak['custom'] / 2**20:5.0f} MiB / "
-          f"{peak['native'] / 2**20:5.0f} MiB")  # fmt: skip
+          f"{peak['native'] / 2**20:5.0f} MiB")
 for row in attention["targets"]:
     mark = "met" if row["met"] else "MISSED"
     print(f"target {row['target']:<17} {row['ratio']:.4f} <= {row['at_most']}: {mark}")

@@ -45,7 +45,8 @@ for name, (ours, native) in PAIRS.items():
 #
 # A pair differentiable to any order
 # ----------------------------------
-# A backward may call other custom Functions. :class:`~double_backward.functions.higher_orders.Sin` uses
+# A backward may call other custom Functions.
+# :class:`~double_backward.functions.higher_orders.Sin` uses
 # :class:`~double_backward.functions.higher_orders.Cos` in its backward, and ``Cos`` uses ``Sin``:
 #
 # .. literalinclude:: /../src/double_backward/functions/higher_orders.py

@@ -3,8 +3,9 @@
 :func:`autograd_graph` wraps torchviz's ``make_dot``. It names the tensors you pass (``x``,
 ``out``, ``grad_x``) and renumbers torchviz's node ids, which are Python ``id()`` values and so
 change from run to run, into ``n0, n1, ...`` in drawing order: the same graph gives the same
-DOT source, and the same SVG, on every build. :func:`graph_legend` draws the colour key. The question the graphs are drawn to answer, is there
-a path back to x?, is answered by :func:`double_backward.graph_walks.reaches`.
+DOT source, and the same SVG, on every build. :func:`graph_legend` draws the colour key. The
+question the graphs are drawn to answer, is there a path back to x?, is answered by
+:func:`double_backward.graph_walks.reaches`.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ plain one (``fn(x).sum()``) most raise, but after any nonlinear op downstream (a
 square) the incoming gradient depends on ``x`` and the same Function returns a wrong number
 without an error. :func:`second_derivative` takes the second derivative in each of those ways;
 the site runs it to show the symptoms, the tests pin each failure, and
-:func:`double_backward.check` must name each problem. The fixes are
-in ``double_backward.functions.saving_intermediates`` and ``double_backward.functions.saving_inputs``.
+:func:`double_backward.check` must name each problem. The fixes are in
+``double_backward.functions.saving_intermediates`` and
+``double_backward.functions.saving_inputs``.
 (Two more failures reuse other modules: :class:`double_backward.SinhBad`, which stashes
 intermediates on ``ctx``, and the old-style Functions under :mod:`torch.func`.)
 """

@@ -64,8 +64,8 @@ def softmax_jvp(tangent: torch.Tensor, y: torch.Tensor, dim: int) -> torch.Tenso
     y\rangle)`.
 
     The same formula as :func:`softmax_vjp` because softmax's Jacobian is symmetric; for an op
-    whose Jacobian is not (log-softmax, LayerNorm with a weight) the two differ, and the double backward
-    needs this one.
+    whose Jacobian is not (log-softmax, LayerNorm with a weight) the two differ, and the double
+    backward needs this one.
     """
     return y * (tangent - _inner(tangent, y, dim))
 

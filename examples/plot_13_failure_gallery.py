@@ -5,8 +5,9 @@ A gallery of failures
 The Functions of patterns 1 to 6 are **wrong on purpose**. Each computes the right value and
 the right first derivative, so ordinary tests pass; each breaks the second derivative. With a
 plain incoming gradient most fail loudly, with an error. As soon as the incoming gradient
-depends on the input, as it does after any nonlinear op downstream, every one of them returns
-a **wrong number and no error**. Each is executed here, its symptom captured, and followed by
+depends on the input, as it does after any nonlinear op downstream, patterns 1 to 5 return a
+**wrong number and no error**; pattern 6 does too when other terms of the loss reach the
+input. Each is executed here, its symptom captured, and followed by
 why it happens, the fix, and the page that teaches the fix; :func:`double_backward.check`
 names each of them. Patterns 7 and 8 are a correct Function in the old style under
 :mod:`torch.func`, and a PyTorch op without double backward.
@@ -21,6 +22,9 @@ names each of them. Patterns 7 and 8 are a correct Function in the old style und
 # :func:`~torch.autograd.gradgradcheck` passes), and with one that **depends on** ``x``, as
 # after any nonlinear op downstream: the loss :math:`\tfrac12 \sum f(x)^2`, whose second
 # derivative is :math:`f'^2 + f f''`. ``symptom`` prints each next to the native op's answer.
+# Where the gradient has no path back to ``x`` at all, it prints NO PATH TO x: asked alone,
+# :func:`torch.autograd.grad` then raises, but in a loss with other terms that reach ``x``
+# (any model has them) the Function's share silently counts as 0.
 #
 # .. literalinclude:: /../src/double_backward/functions/failures.py
 #    :pyobject: second_derivative
@@ -37,9 +41,13 @@ def symptom(fn, native):
         expected = second_derivative(native, x, grad_out)
         label = f"grad_out {grad_out}:"
         try:
-            got = second_derivative(fn, x, grad_out)
+            got = second_derivative(fn, x, grad_out, no_path_as_zero=False)
         except RuntimeError as error:
             print(f"{label:32} LOUD ERROR      RuntimeError: {error}")
+            continue
+        if got is None:
+            answer = f"0 beside other terms, native {expected.numpy().round(3)}"
+            print(f"{label:32} NO PATH TO x    {answer}")
             continue
         verdict = "correct" if torch.allclose(got, expected) else "SILENTLY WRONG"
         got, expected = got.numpy().round(3), expected.numpy().round(3)
@@ -136,8 +144,8 @@ symptom(SquareDetachesInBackward.apply, lambda t: t**2)
 # .. literalinclude:: /../src/double_backward/functions/failures.py
 #    :pyobject: SquareOnceDifferentiable
 #
-# The decorator is meant to make the second derivative fail loudly. With
-# :func:`torch.autograd.grad` it does not:
+# The decorator is meant to make the second derivative fail loudly. Asked with
+# :func:`torch.autograd.grad`, its error never comes:
 from double_backward.functions.failures import SquareOnceDifferentiable
 
 symptom(SquareOnceDifferentiable.apply, lambda t: t**2)
@@ -145,7 +153,9 @@ symptom(SquareOnceDifferentiable.apply, lambda t: t**2)
 # %%
 # **Why:** the decorator's error node hangs off a detached copy of the result, not off ``x``:
 # only a second ``.backward()``, which runs every node, reaches it. ``grad`` with respect to
-# ``x`` never does. **Fix:** write a differentiable backward; where you cannot, check that the
+# ``x`` never does: alone it raises autograd's own error (the gradient does not require grad,
+# or ``x`` was not used), and beside other terms of the loss the Function's share is silently
+# missing. **Fix:** write a differentiable backward; where you cannot, check that the
 # second derivative raises in the way your code takes it (:doc:`plot_08_higher_orders` shows
 # both ways).
 #

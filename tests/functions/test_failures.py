@@ -106,6 +106,56 @@ def test_second_derivative_refuses_an_unknown_incoming_gradient(x):
         failures.second_derivative(torch.sinh, x, "zeros")
 
 
+def by_hand_with_ones_requiring_grad(fn, x):
+    """grad_x of fn with an incoming gradient of ones that requires grad, by plain autograd."""
+    x = x.detach().requires_grad_()
+    output = fn(x)
+    output = output[0] if isinstance(output, tuple) else output
+    ones = torch.ones_like(output, requires_grad=True)
+    (grad_x,) = torch.autograd.grad(output, x, ones, create_graph=True)
+    return grad_x, x
+
+
+@pytest.mark.parametrize(
+    "fn", [SinhBad.apply, failures.SquareOnceDifferentiable.apply]
+)
+def test_no_path_back_to_x_is_told_apart_from_a_zero(fn, x):
+    # grad_x = ones * (something without history): its only graph leads to the ones, so
+    # plain autograd refuses to differentiate it with respect to x.
+    grad_x, leaf = by_hand_with_ones_requiring_grad(fn, x)
+    with pytest.raises(RuntimeError, match="appears to not have been used in the graph"):
+        torch.autograd.grad(grad_x.sum(), leaf)
+    grad_out = "ones requiring grad"
+    assert failures.second_derivative(fn, x, grad_out, no_path_as_zero=False) is None
+    zero = failures.second_derivative(fn, x, grad_out)
+    torch.testing.assert_close(zero, torch.zeros_like(x))
+
+
+def test_a_path_that_gives_zero_is_not_called_no_path(x):
+    # SinhDropsExtraGrads: grad_x is built from its saved extra outputs, which lead back to x
+    # through the Function's own node; that node drops their gradients, so the second
+    # derivative is a real, wrong zero (sinh x by hand), not a missing path.
+    grad_x, leaf = by_hand_with_ones_requiring_grad(failures.sinh_drops_extra_grads, x)
+    (by_autograd,) = torch.autograd.grad(grad_x.sum(), leaf)
+    torch.testing.assert_close(by_autograd, torch.zeros_like(x))
+    second = failures.second_derivative(
+        failures.sinh_drops_extra_grads, x, "ones requiring grad", no_path_as_zero=False
+    )
+    assert second is not None
+    torch.testing.assert_close(second, torch.zeros_like(x))
+
+
+def test_once_differentiable_has_no_path_when_grad_out_depends_on_x(x):
+    second = failures.second_derivative(
+        failures.SquareOnceDifferentiable.apply, x, "depends on x", no_path_as_zero=False
+    )
+    assert second is None
+    # A correct Function keeps its path with the same option: d²/dx² of ½ x⁴ is 6x².
+    native = failures.second_derivative(lambda t: t**2, x, "depends on x",
+                                        no_path_as_zero=False)  # fmt: skip
+    torch.testing.assert_close(native, 6 * x.detach() ** 2)
+
+
 SINH_LIKE_BROKEN = [
     pytest.param(SinhBad.apply, id="sinh-bad"),
     *BROKEN_SECOND_ORDER[:3],

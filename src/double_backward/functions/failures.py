@@ -263,7 +263,9 @@ GRAD_OUTS = ("ones", "ones requiring grad", "depends on x")
 """The incoming gradients :func:`second_derivative` can use, as readers meet them."""
 
 
-def second_derivative(fn: Any, x: torch.Tensor, grad_out: str) -> torch.Tensor:
+def second_derivative(
+    fn: Any, x: torch.Tensor, grad_out: str, *, no_path_as_zero: bool = True
+) -> torch.Tensor | None:
     r"""The second derivative of ``fn`` at ``x``, elementwise, with a given incoming gradient.
 
     ``fn`` is elementwise; a Function returning a tuple counts by its first output. The
@@ -274,12 +276,15 @@ def second_derivative(fn: Any, x: torch.Tensor, grad_out: str) -> torch.Tensor:
       :math:`f''(x)`;
     - ``"ones requiring grad"``: ones that require grad, as ``gradgradcheck`` and some
       gradient penalties pass: gives :math:`f''(x)` too;
-    - ``"depends on x"``: the gradient of :math:`	frac12 \sum f(x)^2`, whose incoming
+    - ``"depends on x"``: the gradient of :math:`\tfrac12 \sum f(x)^2`, whose incoming
       gradient :math:`f(x)` depends on ``x``, as after any nonlinear op downstream: gives
       :math:`f'(x)^2 + f(x)\,f''(x)`.
 
-    A gradient with no path back to ``x`` counts as zero, as ``.backward()`` leaves it;
-    errors autograd raises propagate.
+    A gradient with no path back to ``x`` has no second derivative to give. Asked alone,
+    ``torch.autograd.grad`` raises ("appears to not have been used in the graph"); summed
+    with other terms of a loss that do reach ``x``, the Function's share silently counts as
+    zero. This returns that zero, or ``None`` with ``no_path_as_zero=False``, so a caller
+    can tell "no path" from "a path that gives zero". Other errors autograd raises propagate.
     """
     if grad_out not in GRAD_OUTS:
         raise ValueError(f"grad_out must be one of {GRAD_OUTS}, got {grad_out!r}")
@@ -292,7 +297,7 @@ def second_derivative(fn: Any, x: torch.Tensor, grad_out: str) -> torch.Tensor:
         incoming = torch.ones_like(y, requires_grad=grad_out == "ones requiring grad")
         (grad_x,) = torch.autograd.grad(y, x, incoming, create_graph=True)
     (second,) = torch.autograd.grad(
-        grad_x.sum(), x, allow_unused=True, materialize_grads=True
+        grad_x.sum(), x, allow_unused=True, materialize_grads=no_path_as_zero
     )
     return second
 

@@ -7,9 +7,11 @@ about what autograd records:
 
 1. **Forward is not recorded.** It runs in no-grad mode, and when it returns, the Function's
    backward node becomes the ``grad_fn`` of each output autograd tracks (not of an output
-   marked non-differentiable, nor of any output when no input requires grad).
-2. **Backward is recorded only when** ``create_graph=True``. Then its operations build a graph, so
-   the gradient it returns can be differentiated again.
+   marked non-differentiable, nor of any output when no input requires grad or grad mode is
+   off).
+2. **Backward is recorded only when** ``create_graph=True``, when you differentiate with
+   :func:`torch.autograd.grad` or ``.backward()``. Then its operations build a graph, so the
+   gradient it returns can be differentiated again.
 
 This page shows both rules with a probe Function that notes the grad mode it runs in.
 """
@@ -59,8 +61,9 @@ print(f"out.grad_fn.next_functions: {next_nodes}  (the AccumulateGrad node of x)
 # Outputs that get no ``grad_fn``
 # -------------------------------
 # An output marked with ``ctx.mark_non_differentiable`` is not tracked, and when no input
-# requires grad there is nothing to track at all. ``SinhNonDifferentiableExtras`` (from the
-# failure gallery) returns three outputs and marks the last two:
+# requires grad, or grad mode is off around the call, there is nothing to track at all.
+# ``SinhNonDifferentiableExtras`` (from the failure gallery) returns three outputs and marks the
+# last two:
 from double_backward.functions.failures import SinhNonDifferentiableExtras
 
 
@@ -72,6 +75,8 @@ print(f"x requires grad:         {grad_fns(SinhNonDifferentiableExtras.apply(x))
 print(
     f"x does not require grad: {grad_fns(SinhNonDifferentiableExtras.apply(x.detach()))}"
 )
+with torch.no_grad():
+    print(f"under torch.no_grad():   {grad_fns(SinhNonDifferentiableExtras.apply(x))}")
 
 # %%
 # Reading the graphs

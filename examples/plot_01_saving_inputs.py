@@ -47,9 +47,11 @@ out_graph
 # %%
 # The graph of ``grad_x``
 # -----------------------
-# Backward's ``grad_out * 2 * x`` was recorded. ``grad_out * 2`` involves nothing that requires
-# grad, so it leaves no node; the multiplication by the saved ``x`` leaves a ``MulBackward0`` node
-# with a path back to ``x``. That path is what the second backward follows.
+# Backward's ``grad_out * 2 * x`` was recorded. Here ``grad_out`` is the plain 1 that
+# ``grad`` passes for a scalar ``out``; it does not require grad, so ``grad_out * 2`` leaves no
+# node (in a composed loss it would, and the second backward would follow that path too). The
+# multiplication by the saved ``x`` leaves a ``MulBackward0`` node with a path back to ``x``.
+# That path is what the second backward follows.
 grad_x_graph = autograd_graph(
     {"grad_x": grad_x},
     {"x": x},

@@ -160,15 +160,33 @@ print(
 
 # %%
 # When the incoming gradient requires grad but does not depend on ``x`` (as in
-# :func:`~torch.autograd.gradgradcheck`), the second derivative with respect to ``x`` is a
-# silent zero: nothing leads back to ``x`` (``.backward()`` leaves ``x.grad`` empty; ``grad``
-# with ``allow_unused=True`` returns zero).
-grad_out = torch.ones((), dtype=torch.float64, requires_grad=True)
-(bad_grad_x,) = torch.autograd.grad(SinhBad.apply(x), x, grad_out, create_graph=True)
-(bad_grad2_x,) = torch.autograd.grad(
-    bad_grad_x, x, allow_unused=True, materialize_grads=True
-)
-print(f"d2y/dx2 at x = 0.5: {bad_grad2_x.item():.6f}  (analytic sinh x = {sinh_x:.6f})")
+# :func:`~torch.autograd.gradgradcheck`, or behind a linear layer, whose incoming gradient is
+# its weight), ``grad_x`` has no path back to ``x`` at all. How that shows depends on the
+# call: ``grad`` raises, ``grad`` with ``allow_unused=True`` returns ``None``, ``.backward()``
+# leaves ``x.grad`` as ``None`` without a word, and when other terms of the loss reach ``x``,
+# SinhBad's share of the second derivative is silently missing.
+weight = torch.ones((), dtype=torch.float64, requires_grad=True)
+
+
+def bad_grad_x(loss_of):
+    return torch.autograd.grad(loss_of(x), x, create_graph=True)[0]
+
+
+def linear(t):
+    return weight * SinhBad.apply(t)
+
+
+try:
+    torch.autograd.grad(bad_grad_x(linear), x)
+except RuntimeError as error:
+    print(f"grad:              RuntimeError: {error}")
+print(f"allow_unused=True: {torch.autograd.grad(bad_grad_x(linear), x, allow_unused=True)}")
+x.grad = None
+bad_grad_x(linear).backward()
+print(f".backward():       x.grad = {x.grad}")
+# With another term, x**3: the second derivative should be sinh x + 6x.
+(beside,) = torch.autograd.grad(bad_grad_x(lambda t: linear(t) + t**3), x)
+print(f"beside x**3:       {beside.item():.6f}  (right: {sinh_x + 6 * x.item():.6f})")
 
 # %%
 # :func:`~torch.autograd.gradgradcheck` catches it: the numerical second derivative is non-zero,

@@ -55,10 +55,12 @@ for name, fn in FUNCTIONS.items():
 # - A backward autograd cannot see becomes a Function with a backward of its own
 #   (:doc:`plot_04_untracked_backward`).
 # - A graph back to ``x`` is necessary, not sufficient: ``SinhBad``'s gradient reaches ``x``
-#   through the incoming gradient in any real loss, and is then wrong without an error
+#   through the incoming gradient when that gradient depends on ``x`` (any nonlinear op
+#   downstream), and is then wrong without an error; behind a linear layer it has no path to
+#   ``x``, and its share of the second derivative is silently missing
 #   (:doc:`plot_03_saving_intermediates`).
 # - Check every Function with :func:`~torch.autograd.gradcheck` *and*
 #   :func:`~torch.autograd.gradgradcheck`, in float64: only the second catches a lost graph.
 #
-# Next, the ``setup_context`` style that :mod:`torch.func` and forward mode need:
-# :doc:`plot_06_modern_api`.
+# Next, the ``setup_context`` style that :mod:`torch.func` needs, and the ``jvp`` that forward
+# mode needs: :doc:`plot_06_modern_api`.

@@ -5,10 +5,11 @@ The modern API: ``setup_context``, ``torch.func`` and forward mode
 PyTorch's tutorial writes ``forward(ctx, x)``. That style still works with
 :func:`torch.autograd.grad`, but :mod:`torch.func` (``vmap``, ``grad``, ``jacrev``,
 ``hessian``) refuses it. The modern style splits ``forward`` (no ``ctx``) from
-``setup_context``; add a ``jvp`` staticmethod and forward-mode AD works too, which
-``hessian`` needs. A ``jvp`` has two costs, both run below: every Function that backward calls
-needs one as well, and ``torch.compile`` cannot trace a Function that has one. This page runs
-both styles and every transform against the native op.
+``setup_context``. A ``jvp`` staticmethod makes forward-mode AD work, which
+``torch.func.hessian`` needs. A ``jvp`` has two costs, both run below: every Function that
+backward calls needs one as well, and ``torch.compile`` cannot trace a Function that has one
+when an input requires grad. This page runs both styles and every transform against the
+native op.
 """
 
 # %%
@@ -146,8 +147,8 @@ print(
 # ------------------------------------------------
 # A Hessian-vector product :math:`Hv` can be taken as the forward-mode derivative of the
 # gradient (``jvp(grad(f))``, forward over reverse) or as the gradient of
-# :math:`\nabla f \cdot v` (reverse over reverse, double backward). With a correct ``jvp`` and
-# ``backward`` the two agree.
+# :math:`\nabla f \cdot v` (reverse over reverse, double backward, written out below). With a
+# correct ``jvp`` and ``backward`` the two agree.
 v = torch.randn_like(x)
 
 
@@ -156,7 +157,9 @@ def f(t):
 
 
 forward_over_reverse = jvp(grad(f), (x,), (v,))[1]
-reverse_over_reverse = torch.autograd.functional.hvp(f, x, v)[1]
+x_leaf = x.clone().requires_grad_()
+(grad_f,) = torch.autograd.grad(f(x_leaf), x_leaf, create_graph=True)
+(reverse_over_reverse,) = torch.autograd.grad(grad_f, x_leaf, v)  # the gradient of grad_f . v
 print(f"forward over reverse: {forward_over_reverse.numpy().round(6)}")
 print(f"reverse over reverse: {reverse_over_reverse.numpy().round(6)}")
 torch.testing.assert_close(forward_over_reverse, reverse_over_reverse)

@@ -93,8 +93,10 @@ class SinhBad(torch.autograd.Function):
     plain grad_out (``sinh(x).sum()``) the second derivative is an error. When grad_out
     depends on x, as after any nonlinear op downstream (``(SinhBad.apply(x) ** 2).sum()``),
     it is silently wrong: the term through cosh x is lost, and d²/dx² of ½ sinh² x comes out
-    as cosh² x instead of cosh 2x. When grad_out requires grad but does not depend on x, the
-    second derivative with respect to x is a silent zero. Sinh is the fix.
+    as cosh² x instead of cosh 2x. When grad_out requires grad but does not depend on x
+    (behind a linear layer), grad_x has no path back to x: ``grad`` alone raises, and beside
+    other terms of the loss SinhBad's share of the second derivative is silently missing.
+    Sinh is the fix.
     """
 
     @staticmethod

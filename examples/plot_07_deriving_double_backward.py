@@ -252,9 +252,12 @@ for name, fn in versions.items():
 # ----------------------------------------------------
 # Fused LayerNorm kernels compute :math:`\mu` and :math:`r` in forward and save them for
 # backward (apex's ``FusedLayerNormAffineFunction`` saves ``input, weight, bias, mean,
-# invvar``). In a custom Function, forward is not recorded: the saved statistics have no
-# history. The input is saved too and is tracked, so nothing errors: the Hessian is silently
-# missing every term through :math:`\partial\mu/\partial x` and :math:`\partial r/\partial x`.
+# invvar``). Apex's backward is itself one unrecorded CUDA kernel (``backward_affine``), so it
+# has no double backward at all; port such a backward to torch operations on the saved
+# statistics and you get this trap. In a custom Function, forward is not recorded: the saved
+# statistics have no history. The input is saved too and is tracked, so nothing errors: the
+# Hessian is silently missing every term through :math:`\partial\mu/\partial x` and
+# :math:`\partial r/\partial x`.
 #
 # .. literalinclude:: /../src/double_backward/functions/failures.py
 #    :pyobject: LayerNormSavesStatistics

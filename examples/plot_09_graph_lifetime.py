@@ -69,13 +69,15 @@ except RuntimeError as error:
     print(f"Exp, grad of the loss after:    RuntimeError: {str(error)[:58]}...")
 
 # %%
-# Whether it fails depends on what backward saved
-# -----------------------------------------------
-# :class:`double_backward.Square` saves its *input*: ``grad_x``, :math:`2x\,\bar{y}`, has a
-# graph of its own that does not run through ``Square``'s node, so the loss's graph survives.
-# Which of the two you have depends on how the Function saves
-# (:doc:`plot_05_four_cases_compared`); take first-order gradients before the second backward,
-# or pass ``retain_graph=True`` to it, and it works for both.
+# Whether it fails depends on what backward saved, and on the loss
+# ---------------------------------------------------------------
+# :class:`double_backward.Square` saves its *input*. With the plain loss ``Square(x).sum()``,
+# :math:`\bar{y}` is a constant and ``grad_x``, :math:`2x\,\bar{y}`, has a graph of its own
+# that does not run through ``Square``'s node, so the loss's graph survives. In a composed loss
+# :math:`\bar{y}` depends on the output (for :math:`\sin y` it is :math:`\cos y`), so
+# ``grad_x`` reaches ``x`` through ``Square``'s node too, and the loss's graph is freed as for
+# ``Exp``. Take first-order gradients before the second backward, or pass
+# ``retain_graph=True`` to it, and it works in every case.
 from double_backward import Square
 
 loss = Square.apply(x).sum()
@@ -85,6 +87,14 @@ torch.autograd.grad(grad_x, x, v)
 print(
     f"Square, grad of the loss after: {again.numpy().round(4)}  (2x = {2 * x.detach().numpy()})"
 )
+
+loss = torch.sin(Square.apply(x)).sum()
+(grad_x,) = torch.autograd.grad(loss, x, create_graph=True)
+torch.autograd.grad(grad_x, x, v)
+try:
+    torch.autograd.grad(loss, x)
+except RuntimeError as error:
+    print(f"sin(Square), grad of the loss after: RuntimeError: {str(error)[:58]}...")
 
 loss = Exp.apply(x).sum()
 (grad_x,) = torch.autograd.grad(loss, x, create_graph=True)

@@ -115,10 +115,10 @@ print("no error was raised")
 # %%
 # Why no version error
 # --------------------
-# Autograd raises "modified by an inplace operation" when a saved tensor's version changed after
-# it was saved. Here ``mark_dirty`` makes the saved ``x`` the output, at its new version, so
-# nothing looks stale: backward reads :math:`x^2` where it expects :math:`x` and returns
-# :math:`2x^2`. Only a numerical check sees it:
+# Autograd raises "modified by an inplace operation" when a saved tensor's version changed
+# after forward returned: it records the version then, not at ``save_for_backward``. The edit
+# here happens inside forward, before that, so nothing looks stale: backward reads :math:`x^2`
+# where it expects :math:`x` and returns :math:`2x^2`. Only a numerical check sees it:
 square_inplace = lambda inputs: SquareInplaceSavesInput.apply(inputs.clone())  # noqa: E731
 print(f"gradcheck passed: {gradcheck(square_inplace, (x,), raise_exception=False)}")
 
@@ -150,7 +150,8 @@ print(f"output is a view of the input: {out._base is hidden}")
 # -------------------------
 # The output shares the input's memory, and autograd forbids editing either afterwards: its
 # view-and-inplace handling would replace the Function's backward. An edit of the output fails
-# at once; an edit of the input fails when the output is next used in backward.
+# at once; an edit of the input fails as soon as the output is used again (here ``out.sum()``,
+# before any backward runs).
 try:
     out.mul_(3)
 except RuntimeError as error:
@@ -213,15 +214,34 @@ print(f"native x**2       : {residual_gradient(lambda h: h**2).numpy()}")
 print(f"w (1 + 2x)        : {(w * (1 + 2 * x)).detach().numpy()}")
 
 # %%
-# And double backward refuses it
-# ------------------------------
-# In a gradient penalty, or in :func:`~torch.autograd.gradgradcheck`, ``grad_out`` requires grad
-# and is a leaf, which autograd never lets you edit in place. ``gradcheck`` passes all along:
+# ``gradgradcheck`` refuses it; a gradient penalty does not
+# ---------------------------------------------------------
+# In :func:`~torch.autograd.gradgradcheck`, ``grad_out`` requires grad and is a leaf, which
+# autograd never lets you edit in place. ``gradcheck`` passes all along:
 print(f"gradcheck passed: {gradcheck(SquareEditsGradOut.apply, (x,))}")
 try:
     gradgradcheck(SquareEditsGradOut.apply, (x,))
 except RuntimeError as error:
     print(f"gradgradcheck: RuntimeError: {error}")
+
+# %%
+# In a gradient penalty, ``grad_out`` comes from the layers above, recorded under
+# ``create_graph=True``: it is not a leaf, and the edit is allowed. Nothing raises, and in the
+# residual branch the penalty's gradient is as wrong as the first derivative it is built from.
+# Here the weight ``w`` is trained, so the gradient reaching the branch requires grad:
+w_trained = w.clone().requires_grad_()
+
+
+def penalty_gradient(square):
+    x_leaf = x.detach().requires_grad_()
+    hidden = x_leaf * 1.0
+    loss = ((hidden + square(hidden)) * w_trained).sum()
+    (grad_x,) = torch.autograd.grad(loss, x_leaf, create_graph=True)
+    return torch.autograd.grad((grad_x**2).sum(), x_leaf)[0]
+
+
+print(f"SquareEditsGradOut: {penalty_gradient(SquareEditsGradOut.apply).numpy()}")
+print(f"native x**2       : {penalty_gradient(lambda h: h**2).numpy()}")
 
 # %%
 # Conclusion

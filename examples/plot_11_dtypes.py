@@ -4,7 +4,8 @@ Dtypes: complex inputs, float16 and bfloat16, autocast
 
 Every Function so far ran in float64. This page takes three other cases readers meet: complex
 inputs, where PyTorch's convention puts a conjugate in every backward; float16 and bfloat16,
-where double backward runs but :func:`~torch.autograd.gradcheck` cannot check it; and
+where double backward runs but :func:`~torch.autograd.gradcheck`, at its default settings,
+cannot check it; and
 :class:`torch.autocast`, where a custom backward has to be told which precision forward ran in.
 """
 
@@ -12,10 +13,12 @@ where double backward runs but :func:`~torch.autograd.gradcheck` cannot check it
 # Complex inputs: the conjugate in backward
 # -----------------------------------------
 # For a holomorphic :math:`f`, PyTorch's backward returns
-# :math:`\bar{z} = \bar{y}\,\overline{f'(z)}`: the gradient of a real loss with respect to
-# :math:`z` is its derivative with respect to the conjugate :math:`\bar{z}`, the direction
-# gradient descent steps along. For :math:`y = z^2` that is
-# :math:`2\,\bar{y}\,\overline{z}`.
+# :math:`\bar{z} = \bar{y}\,\overline{f'(z)}`: the gradient of a real loss :math:`L` with
+# respect to :math:`z` is :math:`\partial L/\partial \operatorname{Re} z + i\,\partial
+# L/\partial \operatorname{Im} z`, twice the derivative with respect to the conjugate
+# :math:`\bar{z}`, and gradient descent steps against it. For :math:`y = z^2` that is
+# :math:`2\,\bar{y}\,\overline{z}`; for :math:`L = \sum |z|^2` it is :math:`2z` (printed
+# below).
 #
 # .. literalinclude:: /../src/double_backward/functions/complex_square.py
 #    :pyobject: ComplexSquare
@@ -27,6 +30,8 @@ from double_backward.functions.complex_square import ComplexSquare
 z = torch.tensor(
     [1 + 2j, -0.5 + 1j, 3 - 1j], dtype=torch.complex128, requires_grad=True
 )
+(grad_z,) = torch.autograd.grad((z.abs() ** 2).sum(), z)
+print(f"gradient of sum |z|^2: {grad_z.numpy()}  (2z: {(2 * z).detach().numpy()})")
 print(f"gradcheck(ComplexSquare)     passed: {gradcheck(ComplexSquare.apply, (z,))}")
 print(
     f"gradgradcheck(ComplexSquare) passed: {gradgradcheck(ComplexSquare.apply, (z,))}"
@@ -112,8 +117,9 @@ for dtype in (torch.float16, torch.bfloat16):
 # ... but ``gradcheck`` cannot check it
 # -------------------------------------
 # :func:`~torch.autograd.gradcheck` warns that its input is "not a double precision floating
-# point", then fails: its finite-difference step (``eps=1e-6``) is below float16's resolution,
-# so the numerical Jacobian is all zeros. A failure here says nothing about the Function.
+# point", then fails: its default finite-difference step (``eps=1e-6``) is below float16's
+# spacing at these points, so the numerical Jacobian is all zeros. A failure here says nothing
+# about the Function: check it in float64.
 import warnings
 
 half = points.to(torch.float16).requires_grad_()

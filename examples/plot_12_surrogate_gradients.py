@@ -2,10 +2,11 @@ r"""
 Surrogate gradients: a backward that is not the derivative, on purpose
 ======================================================================
 
-Rounding, a step or a clamp has a derivative that is zero almost everywhere, so nothing trains
-through it. A *surrogate gradient* replaces its backward with the derivative :math:`s'` of some
-other function :math:`s`, chosen on purpose: the straight-through estimator, gradient reversal
-(DANN), a clamp that lets gradients pass, the spike of a spiking neuron. This page asks what
+Rounding and a step have a derivative that is zero almost everywhere, and a clamp's is zero
+wherever it clamps, so nothing trains through those points. A *surrogate gradient* replaces
+its backward with the derivative :math:`s'` of some other function :math:`s`, chosen on
+purpose: the straight-through estimator, gradient reversal (DANN), a clamp that lets
+gradients pass, the spike of a spiking neuron. This page asks what
 double backward means for them, shows what it should be, and checks each with
 :func:`double_backward.check`'s surrogate-gradient mode.
 """
@@ -141,11 +142,12 @@ print(f"double backward : {grad2_x.numpy().round(5)}")
 print(f"s''(x), analytic: {expected.detach().numpy().round(5)}")
 
 # %%
-# The checker's default mode rejects every surrogate
-# --------------------------------------------------
+# The checker's default mode rejects every surrogate here
+# -------------------------------------------------------
 # :func:`double_backward.check` compares backward with forward's derivative first, and a
-# surrogate differs from it on purpose: a ``first-order`` problem, whose message says what to
-# do about it.
+# surrogate differs from it on purpose wherever it replaces it: a ``first-order`` problem,
+# whose message says what to do about it. (``ClampPassThrough`` differs only outside
+# ``[min, max]``: checked only at points inside, it would pass.)
 from double_backward import check
 
 surrogates = {

@@ -309,3 +309,20 @@ def test_fix_for_an_unknown_op_says_how_to_write_one():
     assert "custom Function" in fix_for("aten::ctc_loss")
     assert fix_for("aten::_pdist_backward") == FIXES["_pdist"]
     assert "fix:" in str(Break("a", "op", "raises", "message", "the fix"))
+
+
+def test_the_layer_norm_fix_is_an_explicit_weight_not_f_layer_norm():
+    # native_layer_norm's break: weight=None with a bias. F.layer_norm takes the same path,
+    # so it is no fix; an explicit weight of ones is (plain torch, no package code).
+    x = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(3, dtype=torch.float64, requires_grad=True)
+
+    def penalty(weight):
+        loss = (F.layer_norm(x, (3,), weight, bias) ** 2).sum()
+        grads = torch.autograd.grad(loss, (x, bias), create_graph=True)
+        return torch.autograd.grad(sum((g * g).sum() for g in grads), (x, bias))
+
+    with pytest.raises(RuntimeError, match="Expected a proper Tensor but got None"):
+        penalty(None)
+    penalty(torch.ones(3, dtype=torch.float64))
+    assert "weight=torch.ones(normalized_shape)" in fix_for("aten::native_layer_norm_backward")

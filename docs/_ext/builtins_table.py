@@ -2,8 +2,8 @@
 
 Found by trying, not by reading flags: every op of torch's OpInfo database
 (``torch.testing._internal.common_methods_invocations.op_db``) is run on its own sample
-inputs, in float64 and float32, under a gradient penalty (``torch.autograd.grad`` with
-``create_graph=True``, then a second backward). OpInfo's samples are small; the ops whose
+inputs, in float64 and float32, under a gradient penalty of its squared outputs
+(``torch.autograd.grad`` with ``create_graph=True``, then a second backward). OpInfo's samples are small; the ops whose
 kernel depends on the size (``cdist``, ``scaled_dot_product_attention``) and the ``nn``
 modules readers train are also tried at a small and a large size by the :data:`PROBES` below.
 An op that raises in that second step gets a row: the first line of the error, where it
@@ -92,7 +92,9 @@ class NotApplicable(Exception):
 def gradient_penalty(call: Callable[[], object], wrt: list) -> None:
     """Run what a gradient penalty runs; raise what its second step raises.
 
-    ``call()`` computes outputs from the leaves ``wrt``. The first backward must work (else
+    ``call()`` computes outputs from the leaves ``wrt``. The loss squares them, so the
+    gradient reaching the op depends on its inputs, as after any nonlinear op downstream: a
+    linear op's own backward is then differentiated too. The first backward must work (else
     the op has no first derivative here: :class:`NotApplicable`); then the gradients, taken
     with ``create_graph=True``, are squared, summed and differentiated again.
     """
@@ -107,14 +109,15 @@ def gradient_penalty(call: Callable[[], object], wrt: list) -> None:
         weights = [
             torch.randn(t.shape, generator=generator, dtype=t.dtype) for t in outputs
         ]
-        scalar = sum((w * t).sum() for w, t in zip(weights, outputs, strict=True))
+        scalar = sum((w * t * t).sum() for w, t in zip(weights, outputs, strict=True))
         torch.autograd.grad(scalar, wrt, retain_graph=True, allow_unused=True)
     except NotApplicable:
         raise
     except Exception as error:  # noqa: BLE001 - no first derivative: not this table's case
         raise NotApplicable(first_line(error)) from error
     grads = torch.autograd.grad(scalar, wrt, create_graph=True, allow_unused=True)
-    penalty = [(g**2).sum() for g in grads if g is not None and g.requires_grad]
+    # g * g, not g ** 2: pow has no sparse CSR kernel, and its error would hide the op's own.
+    penalty = [(g * g).sum() for g in grads if g is not None and g.requires_grad]
     if not penalty:
         raise NotApplicable("the gradient has no graph (a zero second derivative)")
     torch.autograd.grad(sum(penalty), wrt, allow_unused=True)
@@ -231,7 +234,26 @@ def _sdpa(length: int, backend: str | None = None, is_causal: bool = False):
     return make
 
 
-def _module(build: str, length: int, train: bool, dropout: float = 0.0):
+def _embedding_bag(mode: str):
+    """With respect to the weight alone, without per_sample_weights, whose derivative is the
+    one the OpInfo samples meet first."""
+
+    def make(dtype):
+        import torch
+
+        weight = _leaf(10, 4, dtype=dtype)
+        indices, offsets = torch.tensor([1, 2, 4, 5, 4, 3]), torch.tensor([0, 3])
+        return (
+            lambda: torch.nn.functional.embedding_bag(indices, weight, offsets, mode=mode),
+            [weight],
+        )
+
+    return make
+
+
+def _module(
+    build: str, length: int, train: bool, dropout: float = 0.0, need_weights: bool = False
+):
     def make(dtype):
         import torch
 
@@ -241,7 +263,7 @@ def _module(build: str, length: int, train: bool, dropout: float = 0.0):
         x = _leaf(2, length, 16, dtype=dtype)
         wrt = [x, *module.parameters()]
         if "MultiheadAttention" in build:
-            return lambda: module(x, x, x, need_weights=False)[0], wrt
+            return lambda: module(x, x, x, need_weights=need_weights)[0], wrt
         return lambda: module(x), wrt
 
     return make
@@ -275,6 +297,11 @@ PROBES = [
        _module(ENCODER_LAYER, n, True, 0.1)) for n in (4, 128)],
     *[("nn.MultiheadAttention", f"need_weights=False, {mode} mode, sequence of {n}",
        _module(ATTENTION, n, mode == "train")) for mode in ("train", "eval") for n in (4, 128)],
+    # need_weights=True (the module's default) computes the softmax itself: no sdpa kernel.
+    *[("nn.MultiheadAttention", f"need_weights=True (the default), {mode} mode, sequence of 4",
+       _module(ATTENTION, 4, mode == "train", need_weights=True)) for mode in ("train", "eval")],
+    *[("nn.functional.embedding_bag", f"with respect to weight only, mode={mode!r}",
+       _embedding_bag(mode)) for mode in ("sum", "mean", "max")],
 ]  # fmt: skip
 
 

@@ -46,12 +46,41 @@ def test_a_trial_records_cdists_error_below_26_rows_and_none_at_32():
 
 def test_a_trial_without_a_second_derivative_graph_is_not_a_row():
     x = torch.randn(3, dtype=torch.float64, requires_grad=True)
-    trial = table._try("mul", "linear", "float64", lambda: 2 * x, [x])
+    # round's derivative is zeros that do not depend on anything: no graph to differentiate.
+    (grad,) = torch.autograd.grad((torch.round(x) ** 2).sum(), x, create_graph=True)
+    assert not grad.requires_grad
+    trial = table._try("round", "zero derivative", "float64", lambda: torch.round(x), [x])
     assert trial.error is None
     with pytest.raises(table.NotApplicable, match="no graph"):
-        table.gradient_penalty(lambda: 2 * x, [x])
+        table.gradient_penalty(lambda: torch.round(x), [x])
     with pytest.raises(table.NotApplicable, match="no differentiable output"):
         table.gradient_penalty(lambda: x.argmax(), [x])
+
+
+def test_a_linear_ops_backward_is_differentiated_as_after_a_nonlinear_layer():
+    # embedding_bag is linear in its weight: a loss linear in its output never differentiates
+    # its backward, a squared one does (plain torch, written out).
+    indices, offsets = torch.tensor([1, 2, 4, 5, 4, 3]), torch.tensor([0, 3])
+    weight = torch.randn(10, 4, dtype=torch.float64, requires_grad=True)
+
+    def penalty(loss_of):
+        out = torch.nn.functional.embedding_bag(indices, weight, offsets, mode="sum")
+        (grad,) = torch.autograd.grad(loss_of(out), weight, create_graph=True)
+        if grad.requires_grad:
+            torch.autograd.grad((grad * grad).sum(), weight)
+        return grad.requires_grad
+
+    assert penalty(lambda out: out.sum()) is False  # no graph: nothing to find
+    try:
+        penalty(lambda out: (out * out).sum())
+        expected = None
+    except (RuntimeError, NotImplementedError) as error:
+        expected = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+    if torch.__version__.split("+")[0] == "2.13.0":
+        assert expected is not None and "_embedding_bag_backward" in expected
+    trial = table._try("embedding_bag", "weight", "float64",
+                       *table._embedding_bag("sum")(torch.float64))  # fmt: skip
+    assert trial.error == expected
 
 
 def test_the_build_reads_the_committed_scan_and_scans_only_a_release_without_one(

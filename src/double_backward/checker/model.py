@@ -75,8 +75,11 @@ FIXES: dict[str, str] = {
     "nn.functional.embedding_bag": (
         "`F.embedding(...) * per_sample_weights[:, None]`, then `index_add` per bag"
     ),
+    # It raises with weight=None and a bias, through F.layer_norm too; an explicit weight of
+    # ones passes the penalty and gradgradcheck (checked with plain torch, 2.13).
     "native_layer_norm": (
-        "`F.layer_norm`, which does not return the mean and reciprocal standard deviation"
+        "pass an explicit `weight=torch.ones(normalized_shape)` when there is a bias: "
+        "`weight=None` with a bias raises in `F.layer_norm` too"
     ),
 }
 _NO_FIX = (

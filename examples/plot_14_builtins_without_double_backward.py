@@ -6,7 +6,8 @@ Most double-backward failures readers meet are not in a Function they wrote: the
 built-in inside the model they already have. On the CPU, ``F.scaled_dot_product_attention``
 runs a kernel whose backward cannot be differentiated, so a gradient penalty through attention
 raises (through ``nn.TransformerEncoderLayer`` too, in eval mode or trained without dropout);
-``torch.cdist`` raises below 26 rows in torch 2.13 (2.14.1 has its double backward). This
+``torch.cdist`` raises in torch 2.13 for p = 2 when neither input has more than 25 rows, and
+for any other p (2.14.1 has its double backward). This
 page runs an R1 gradient penalty on a small transformer discriminator, sees it fail, lets
 :func:`double_backward.check_model` name the layer, and fixes it twice: with torch's MATH
 backend, and with ``double_backward.ops.scaled_dot_product_attention``, a custom Function
@@ -108,7 +109,7 @@ print(check_model(discriminator, real))
 # works.
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-discriminator.zero_grad()  # drop what the failed backward accumulated before it raised
+discriminator.zero_grad()  # the failed backward may have accumulated some gradients
 with sdpa_kernel(SDPBackend.MATH):
     penalty = r1_penalty(discriminator, real)
     penalty.backward()
@@ -210,11 +211,12 @@ for kind, label in [("forward_backward", "forward + backward"),
 # %%
 # cdist's size trap
 # -----------------
-# ``torch.cdist`` with p = 2 switches kernel by size: from 26 rows on it computes distances
-# through a matrix product, whose double backward exists; below, a direct kernel whose backward
-# ``_cdist_backward`` has none. A penalty that passes at batch 32 fails at batch 16. That is
-# torch 2.13, which builds this page; torch 2.14.1 differentiates ``_cdist_backward``, and the
-# penalty runs at every size (:doc:`/builtins` compares the releases' scans).
+# ``torch.cdist`` with p = 2 switches kernel by size: when either input has more than 25
+# rows it computes distances through a matrix product, whose double backward exists;
+# otherwise, and for every other p, a direct kernel whose backward ``_cdist_backward`` has
+# none. A penalty that passes at batch 32 fails at batch 16. That is torch 2.13, which builds
+# this page; torch 2.14.1 differentiates ``_cdist_backward``, and the penalty runs at every
+# size (:doc:`/builtins` lists the sizes tried and compares the releases' scans).
 
 
 def metric_penalty(batch, **kwargs):

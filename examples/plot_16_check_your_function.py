@@ -173,7 +173,8 @@ print(check(SquareKernel.apply, torch.randn(4)))
 # Fused RMSNorm kernels save ``rstd = 1/sqrt(mean(x²) + eps)`` to skip a reduction in
 # backward. Saved from forward, it has no history, so the part of the second derivative that
 # flows through it is lost. Over a row of 100 values that part is small per element, yet the
-# Hessian-vector product is about 10% off. gradcheck's fast mode averages such an error away
+# Hessian-vector product along the check's random directions (which move ``x`` and the exact
+# weight together) is about 10% off, as printed below. gradcheck's fast mode averages such an error away
 # and its full mode would build a 10,000 x 20,000 Jacobian; the random signed directions
 # catch it for a few calls of the Function. The same trap in LayerNorm, derived and fixed:
 # :doc:`plot_07_deriving_double_backward`.
@@ -408,7 +409,8 @@ print(f"exit status: {status}")
 # Trust a problem the checker reports: a check failed, and the diagnosis says which tensor is
 # the likely cause and which page shows the fix. Read its notes too: they name patterns that
 # did not break anything at these inputs. A passing verdict at default settings misses a 5%
-# error in the Hessian-vector product with a chance below 1 in 4,000. Next: the
+# error in the Hessian-vector product with a chance of at most about 1 in 4,000 (the bound
+# above: :math:`2.5 \times 10^{-4}`). Next: the
 # :doc:`failure gallery <plot_13_failure_gallery>` shows each broken pattern's symptom, and
 # :doc:`plot_06_modern_api` what :mod:`torch.func` needs. When the op that breaks is a built-in
 # inside a model (attention, ``cdist``), :func:`double_backward.check_model` finds it:

@@ -6,7 +6,8 @@ r"""
 its first-order backward ahead of time. That covers training, but not double backward: a
 gradient taken through a compiled function can be computed with ``create_graph=True``, and then
 differentiating it again raises. This page runs each step with the package's Functions, then
-the two ways around it: compile only the first-order part, and take higher orders in eager mode.
+three ways around it: compile only the first-order part, take higher orders in eager mode, or
+take them with :mod:`torch.func` inside the compiled function.
 
 The ``aot_eager`` backend is used throughout: it runs AOTAutograd, where the limit lives, but
 skips inductor's code generation. With the default inductor backend, the first compile of
@@ -180,10 +181,34 @@ hvp = hessian_vector_product(Cube.apply, x, v)
 print(f"Hv for Cube, eager: {hvp.tolist()}  (6x = {(6 * x).tolist()})")
 
 # %%
+# Way around 3: the higher derivative inside the compiled function
+# ----------------------------------------------------------------
+# The error comes from autograd differentiating a compiled region a second time from outside.
+# A function that computes its own second derivative with :mod:`torch.func` is traced whole,
+# derivatives included, and AOTAutograd never meets a second backward. It needs Functions that
+# :mod:`torch.func` accepts: the ``setup_context`` style (:doc:`plot_06_modern_api`).
+from torch.func import grad
+
+from double_backward.functions import setup_context_style as modern
+
+
+def second_derivative_of_cube(t):
+    return grad(lambda u: grad(lambda w: modern.Cube.apply(w).sum())(u).sum())(t)
+
+
+torch._dynamo.reset()
+compiled_second = torch.compile(second_derivative_of_cube, backend="aot_eager", fullgraph=True)
+print(
+    f"compiled d2/dx2 of Cube: {compiled_second(x.detach()).tolist()}"
+    f"  (6x = {(6 * x).tolist()})"
+)
+
+# %%
 # Takeaway
 # --------
 # ``torch.compile`` handles forward and first-order backward, including ``create_graph=True``,
-# but not a second backward through the compiled region. Compile what needs one derivative,
-# keep in eager mode what needs two, and check where your Functions stand in the
+# but not a second backward through the compiled region from outside. Compile what needs one
+# derivative and keep in eager mode what needs two, or take every derivative inside the
+# compiled function with :mod:`torch.func`; check where your Functions stand in the
 # :doc:`/compatibility`. Wrapping outside code for compile: :doc:`plot_17_custom_ops`. Next,
 # what each way of writing a Function costs: :doc:`plot_20_costs`.

@@ -188,12 +188,12 @@ def _leaf(*shape, dtype, seed=0):
     return torch.randn(*shape, generator=generator, dtype=dtype).requires_grad_()
 
 
-def _cdist(rows: int, p: float, compute_mode: str | None = None):
+def _cdist(rows: int, p: float, compute_mode: str | None = None, rows2: int | None = None):
     def make(dtype):
         import torch
 
         kwargs = {"compute_mode": compute_mode} if compute_mode else {}
-        x1, x2 = _leaf(rows, 3, dtype=dtype), _leaf(rows, 3, dtype=dtype, seed=1)
+        x1, x2 = _leaf(rows, 3, dtype=dtype), _leaf(rows2 or rows, 3, dtype=dtype, seed=1)
         return lambda: torch.cdist(x1, x2, p=p, **kwargs), [x1, x2]
 
     return make
@@ -279,6 +279,9 @@ ATTENTION = "nn.MultiheadAttention(16, 2, dropout={dropout}, batch_first=True)"
 PROBES = [
     *[("cdist", f"p = 2, {n} rows", _cdist(n, 2.0)) for n in (5, 16, 25, 26, 32)],
     *[("cdist", f"p = {p:g}, {n} rows", _cdist(n, p)) for p in (1.0, 3.0) for n in (5, 32)],
+    # The kernel follows the larger input: one of more than 25 rows is enough.
+    *[("cdist", f"p = 2, {a} rows against {b}", _cdist(a, 2.0, rows2=b))
+      for a, b in ((16, 32), (32, 16))],
     ("cdist", 'p = 2, 5 rows, compute_mode="use_mm_for_euclid_dist"',
      _cdist(5, 2.0, "use_mm_for_euclid_dist")),
     *[("nn.functional.pdist", f"{n} rows", _pdist(n)) for n in (5, 32)],

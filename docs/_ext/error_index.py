@@ -266,8 +266,8 @@ SCENARIOS += [
      "`double_backward.ops.scaled_dot_product_attention`.",
      _BUILTINS_PAGE),
     ("cdist below 26 rows, or p other than 2", _builtin_cdist,
-     "`torch.cdist` with p = 2 on fewer than 26 rows (or any p other than 2) uses a kernel "
-     "whose backward, `_cdist_backward`, has no derivative.",
+     "`torch.cdist` with p = 2 when neither input has more than 25 rows (or any other p) "
+     "uses a kernel whose backward, `_cdist_backward`, has no derivative.",
      '`compute_mode="use_mm_for_euclid_dist"` for p = 2, or `double_backward.ops.cdist`.',
      _BUILTINS_PAGE),
     ("pdist has no double backward", _builtin_pdist,

@@ -10,8 +10,8 @@ so the graph of the backward is itself differentiable, and so on to every order.
 - :func:`scaled_dot_product_attention` for ``F.scaled_dot_product_attention``, whose default
   CPU kernel (flash attention) has no double backward; it saves :math:`O(L d)`, not the
   :math:`L \times S` attention matrix the MATH backend keeps;
-- :func:`cdist` and :func:`pdist` for ``torch.cdist`` (no double backward below 26 rows, or for
-  p ≠ 2) and ``F.pdist``;
+- :func:`cdist` and :func:`pdist` for ``torch.cdist`` (no double backward for p = 2 when
+  neither input has more than 25 rows, or for p ≠ 2) and ``F.pdist``;
 - :func:`ctc_loss` for ``F.ctc_loss``, whose native backward has no derivative (cuDNN's
   kernel is CUDA only): a log-space recursion of differentiable ops (no custom Function), so
   autograd gives every order.
@@ -509,9 +509,9 @@ def cdist(x1: torch.Tensor, x2: torch.Tensor, p: float = 2.0) -> torch.Tensor:
     r"""``torch.cdist`` that can be differentiated to every order, at every size.
 
     ``x1`` (..., P, M) and ``x2`` (..., R, M), batch dimensions broadcast; returns the
-    (..., P, R) p-norm distances, p ≥ 1 or ``math.inf``. torch's own cdist has no double
-    backward below 26 rows (its default switches to a matrix-product formula above 25) and
-    none for p ≠ 2 at any size; this one has every order at every size.
+    (..., P, R) p-norm distances, p ≥ 1 or ``math.inf``. torch's own cdist (2.13) has no double
+    backward for p = 2 unless an input has more than 25 rows (then its default switches to a
+    matrix-product formula), and none for p ≠ 2 at any size; this one has every order at every size.
 
     **At distance 0** (a point of x1 equal to one of x2) the derivative is taken as 0: the pair
     contributes 0 to the gradient (torch's choice for the first order too) and 0 to the

@@ -70,7 +70,7 @@ except RuntimeError as error:
 
 # %%
 # Whether it fails depends on what backward saved, and on the loss
-# ---------------------------------------------------------------
+# ----------------------------------------------------------------
 # :class:`double_backward.Square` saves its *input*. With the plain loss ``Square(x).sum()``,
 # :math:`\bar{y}` is a constant and ``grad_x``, :math:`2x\,\bar{y}`, has a graph of its own
 # that does not run through ``Square``'s node, so the loss's graph survives. In a composed loss

@@ -57,7 +57,9 @@ FIXES: dict[str, str] = {
     "nn.functional.scaled_dot_product_attention": _SDPA_FIX,
     "nn.TransformerEncoderLayer (train)": _SDPA_FIX,
     "nn.TransformerEncoderLayer (eval)": _SDPA_FIX,
-    "nn.MultiheadAttention": _SDPA_FIX,
+    # need_weights=True (the default) computes the softmax itself: the built-ins scan passes.
+    "nn.MultiheadAttention": _SDPA_FIX
+    + "; or leave `need_weights=True`, the default, which does not call the fused kernel",
     "_cdist": _CDIST_FIX,
     "cdist": _CDIST_FIX,
     "_ctc_loss": "`double_backward.ops.ctc_loss`, a log-space recursion of differentiable ops",

@@ -60,13 +60,20 @@ torch.testing.assert_close(products[1], torch.exp(x.detach()) * w)
 # The graph of ``grad_x`` reaches ``x`` through the saved output, whose ``grad_fn`` is ``Exp``'s
 # own backward node: the graph of the *loss*. So the second backward frees the loss's graph too,
 # and a first-order gradient of the loss taken afterwards fails with the same message.
-loss = Exp.apply(x).sum()
-(grad_x,) = torch.autograd.grad(loss, x, create_graph=True)
-torch.autograd.grad(grad_x, x, v)
-try:
-    torch.autograd.grad(loss, x)
-except RuntimeError as error:
-    print(f"Exp, grad of the loss after:    RuntimeError: {str(error)[:58]}...")
+
+
+def grad_of_loss_after_second_backward(loss_of, retain_graph=False):
+    loss = loss_of(x)
+    (grad_x,) = torch.autograd.grad(loss, x, create_graph=True)
+    torch.autograd.grad(grad_x, x, v, retain_graph=retain_graph)  # the second backward
+    try:
+        return torch.autograd.grad(loss, x)[0].numpy().round(4)
+    except RuntimeError as error:
+        return f"RuntimeError: {str(error)[:58]}..."
+
+
+freed = grad_of_loss_after_second_backward(lambda t: Exp.apply(t).sum())
+print(f"Exp, grad of the loss after:    {freed}")
 
 # %%
 # Whether it fails depends on what backward saved, and on the loss
@@ -80,27 +87,12 @@ except RuntimeError as error:
 # ``retain_graph=True`` to it, and it works in every case.
 from double_backward import Square
 
-loss = Square.apply(x).sum()
-(grad_x,) = torch.autograd.grad(loss, x, create_graph=True)
-torch.autograd.grad(grad_x, x, v)
-(again,) = torch.autograd.grad(loss, x)
-print(
-    f"Square, grad of the loss after: {again.numpy().round(4)}  (2x = {2 * x.detach().numpy()})"
-)
-
-loss = torch.sin(Square.apply(x)).sum()
-(grad_x,) = torch.autograd.grad(loss, x, create_graph=True)
-torch.autograd.grad(grad_x, x, v)
-try:
-    torch.autograd.grad(loss, x)
-except RuntimeError as error:
-    print(f"sin(Square), grad of the loss after: RuntimeError: {str(error)[:58]}...")
-
-loss = Exp.apply(x).sum()
-(grad_x,) = torch.autograd.grad(loss, x, create_graph=True)
-torch.autograd.grad(grad_x, x, v, retain_graph=True)
-(again,) = torch.autograd.grad(loss, x)
-print(f"Exp, with retain_graph=True:    {again.numpy().round(4)}  (e^x)")
+square = grad_of_loss_after_second_backward(lambda t: Square.apply(t).sum())
+print(f"Square, grad of the loss after: {square}  (2x = {2 * x.detach().numpy()})")
+composed = grad_of_loss_after_second_backward(lambda t: torch.sin(Square.apply(t)).sum())
+print(f"sin(Square), grad of the loss after: {composed}")
+kept = grad_of_loss_after_second_backward(lambda t: Exp.apply(t).sum(), retain_graph=True)
+print(f"Exp, with retain_graph=True:    {kept}  (e^x)")
 
 # %%
 # What each choice keeps alive

@@ -21,6 +21,8 @@ built-in that raises.
 # Two pre-norm blocks as timm's ViT writes them: one ``qkv`` projection, then one fused
 # attention call, passed in as ``attention`` so that it can be swapped. The discriminator scores
 # a batch of 8 sequences of 16 tokens; its weights are seeded, so every build sees the same.
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -240,16 +242,19 @@ for batch in (32, 16):
 # The cdist fixes
 # ---------------
 # For p = 2, ``compute_mode="use_mm_for_euclid_dist"`` makes cdist take the matrix-product
-# route at every size. For any p, ``double_backward.ops.cdist`` differentiates to every order.
+# route at every size. For every p torch's cdist takes (p >= 0, or infinity),
+# ``double_backward.ops.cdist`` differentiates to every order; below p = 1 it is not a norm
+# (p = 0 counts the coordinates that differ, and its derivatives are all 0).
 metric_penalty(16, compute_mode="use_mm_for_euclid_dist")
 print('batch 16, compute_mode="use_mm_for_euclid_dist": penalty backward ran')
 torch.manual_seed(0)
 points = torch.randn(16, 4, requires_grad=True)
-(grad_points,) = torch.autograd.grad(
-    ops.cdist(points, points.roll(1, dims=0), p=1.0).sum(), points, create_graph=True
-)
-grad_points.pow(2).sum().backward()
-print("batch 16, ops.cdist with p = 1: penalty backward ran")
+for p in (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, math.inf):
+    (grad_points,) = torch.autograd.grad(
+        ops.cdist(points, points.roll(1, dims=0), p=p).sum(), points, create_graph=True
+    )
+    grad_points.pow(2).sum().backward()
+    print(f"batch 16, ops.cdist with p = {p}: penalty backward ran")
 
 # %%
 # The table

@@ -46,8 +46,8 @@ _SDPA_FIX = (
     "L x L attention matrix), or call `double_backward.ops.scaled_dot_product_attention`"
 )
 _CDIST_FIX = (
-    'for p = 2, `torch.cdist(..., compute_mode="use_mm_for_euclid_dist")`; for any p, '
-    "`double_backward.ops.cdist`"
+    'for p = 2, `torch.cdist(..., compute_mode="use_mm_for_euclid_dist")`; for every p '
+    "torch takes (p >= 0 or inf), `double_backward.ops.cdist`"
 )
 #: The fix for each built-in whose double backward raises, keyed by the ATen operator an error
 #: names (its ``_backward`` stripped) or by the op's OpInfo name. The built-ins table on the

@@ -26,7 +26,9 @@ def derivative_chain(fn, inputs, seed=0):
     def like(t):
         # Drawn on the CPU whatever the default device, then moved: the same directions
         # on every device.
-        cpu = torch.randn(t.shape, generator=generator, dtype=torch.float64, device="cpu")
+        cpu = torch.randn(
+            t.shape, generator=generator, dtype=torch.float64, device="cpu"
+        )
         return cpu.to(device=t.device, dtype=t.dtype)
 
     out = fn(*inputs)

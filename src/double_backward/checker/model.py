@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from .causes import custom_nodes, is_once_differentiable
+from .cuda_fixes import CUDA_FIXES
 
 DOCS_URL = "https://double-backward.readthedocs.io/en/latest/"
 BUILTINS_PAGE = DOCS_URL + "auto_examples/plot_14_builtins_without_double_backward.html"
@@ -84,6 +85,7 @@ FIXES: dict[str, str] = {
         "`weight=None` with a bias raises in `F.layer_norm` too"
     ),
 }
+FIXES.update(CUDA_FIXES)  # the fused attention kernels and cuDNN RNNs, on CUDA
 _NO_FIX = (
     "no switch in torch: compute it with differentiable ops, or in a custom Function whose "
     "backward is differentiable (read: " + DOCS_URL

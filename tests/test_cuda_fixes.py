@@ -1,0 +1,71 @@
+"""check_model's fixes cover the CUDA kernels without a double backward (issue 28)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from torch import nn
+
+from double_backward.checker.cuda_fixes import CUDA_FIXES, CUDNN_RNN_EVAL_MESSAGE
+from double_backward.checker.model import FIXES, fix_for
+
+# The errors as measured on an NVIDIA H200, torch 2.11.0+cu130 (issue 28's text).
+MESSAGES = {
+    "flash": "derivative for aten::_scaled_dot_product_flash_attention_backward is not "
+    "implemented",
+    "efficient": "derivative for aten::_scaled_dot_product_efficient_attention_backward is "
+    "not implemented",
+    "cudnn": "derivative for aten::_scaled_dot_product_cudnn_attention_backward is not "
+    "implemented",
+    "rnn": "the derivative for '_cudnn_rnn_backward' is not implemented. Double backwards is "
+    "not supported for CuDNN RNNs",
+}
+
+
+def operator_named(message):
+    # How an error names its operator: "aten::name" or "derivative for 'name'".
+    match = re.search(r"aten::(\w+)|derivative for '(\w+)'", message)
+    return "aten::" + (match.group(1) or match.group(2))
+
+
+@pytest.mark.parametrize("kernel", ["flash", "efficient", "cudnn"])
+def test_each_fused_attention_kernel_gets_the_math_backend_and_ops_fix(kernel):
+    fix = fix_for(operator_named(MESSAGES[kernel]))
+    assert "SDPBackend.MATH" in fix
+    assert "double_backward.ops.scaled_dot_product_attention" in fix
+    assert "double_backward.ops.replaced()" in fix
+
+
+def test_cudnn_rnns_get_cudnn_off_in_train_and_eval_mode():
+    for fix in (
+        fix_for(operator_named(MESSAGES["rnn"])),
+        FIXES[CUDNN_RNN_EVAL_MESSAGE],
+    ):
+        assert "torch.backends.cudnn.flags(enabled=False)" in fix
+        assert "double_backward.ops.replaced()" in fix
+    assert "eval mode" in FIXES[CUDNN_RNN_EVAL_MESSAGE]
+
+
+def test_every_cuda_fix_is_in_fixes_and_none_overrides_a_cpu_one():
+    assert all(FIXES[key] == fix for key, fix in CUDA_FIXES.items())
+    assert "_scaled_dot_product_flash_attention_for_cpu" in FIXES
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_on_cuda_the_rnn_fix_works_where_cudnn_raises(mode):
+    torch.manual_seed(0)
+    lstm = nn.LSTM(4, 6).cuda()
+    getattr(lstm, mode)()
+    x = torch.randn(5, 2, 4, device="cuda", requires_grad=True)
+
+    def penalty():
+        (grad,) = torch.autograd.grad(lstm(x)[0].square().sum(), x, create_graph=True)
+        grad.square().sum().backward()
+
+    with pytest.raises((RuntimeError, NotImplementedError), match="cudnn|_cudnn_rnn"):
+        penalty()
+    with torch.backends.cudnn.flags(enabled=False):
+        penalty()

@@ -133,7 +133,18 @@ def matrix(session: nox.Session) -> None:
     """Measure the matrix, error index and built-ins on a torch release, to commit: `-- 2.14.1`.
 
     Writes docs/_data/<name>/torch-<release>.json; without arguments, for every tested
-    release. The docs build shows them beside the installed torch's."""
+    release. The docs build shows them beside the installed torch's.
+
+    `-- --device cuda`, on a machine with a GPU: runs the CUDA probes (docs/_ext/cuda_results.py)
+    with the Python that runs nox and its CUDA torch, and writes
+    docs/_data/cuda/torch-<release>.json (GPU name, torch build, date) to commit."""
+    if "--device" in session.posargs:
+        device = session.posargs[session.posargs.index("--device") + 1 :][:1]
+        if device != ["cuda"]:
+            session.error(f"--device takes cuda (the CPU is the default), got {device}")
+        session.run(sys.executable, "docs/_ext/cuda_results.py", "--device", "cuda",
+                    external=True)  # fmt: skip
+        return
     releases = session.posargs or TORCH_VERSIONS
     unknown = sorted(set(releases) - set(TORCH_VERSIONS))
     if unknown:

@@ -3,8 +3,9 @@
 Found by trying, not by reading flags: every op of torch's OpInfo database
 (``torch.testing._internal.common_methods_invocations.op_db``) is run on its own sample
 inputs, in float64 and float32, under a gradient penalty of its squared outputs
-(``torch.autograd.grad`` with ``create_graph=True``, then a second backward). OpInfo's samples are small; the ops whose
-kernel depends on the size (``cdist``, ``scaled_dot_product_attention``) and the ``nn``
+(``torch.autograd.grad`` with ``create_graph=True``, then a second backward). OpInfo's
+samples are small; the ops whose kernel depends on the size (``cdist``,
+``scaled_dot_product_attention``) and the ``nn``
 modules readers train are also tried at a small and a large size by the :data:`PROBES` below.
 An op that raises in that second step gets a row: the first line of the error, where it
 happens, and the fix (from :data:`double_backward.checker.model.FIXES`, the one source the
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
+import cuda_results
 from versioned_results import Measurement, changed_cells, committed_or_measured
 
 NAME = "builtins"  # its files: docs/_data/builtins/torch-<release>.json
@@ -106,8 +108,10 @@ def gradient_penalty(call: Callable[[], object], wrt: list) -> None:
         if not outputs:
             raise NotApplicable("no differentiable output")
         # Fixed random weights, so that a symmetric op does not sum to a constant.
+        # Drawn on the CPU, then moved: the same weights on every device.
         weights = [
-            torch.randn(t.shape, generator=generator, dtype=t.dtype) for t in outputs
+            torch.randn(t.shape, generator=generator, dtype=t.dtype).to(t.device)
+            for t in outputs
         ]
         scalar = sum((w * t * t).sum() for w, t in zip(weights, outputs, strict=True))
         torch.autograd.grad(scalar, wrt, retain_graph=True, allow_unused=True)
@@ -188,12 +192,17 @@ def _leaf(*shape, dtype, seed=0):
     return torch.randn(*shape, generator=generator, dtype=dtype).requires_grad_()
 
 
-def _cdist(rows: int, p: float, compute_mode: str | None = None, rows2: int | None = None):
+def _cdist(
+    rows: int, p: float, compute_mode: str | None = None, rows2: int | None = None
+):
     def make(dtype):
         import torch
 
         kwargs = {"compute_mode": compute_mode} if compute_mode else {}
-        x1, x2 = _leaf(rows, 3, dtype=dtype), _leaf(rows2 or rows, 3, dtype=dtype, seed=1)
+        x1, x2 = (
+            _leaf(rows, 3, dtype=dtype),
+            _leaf(rows2 or rows, 3, dtype=dtype, seed=1),
+        )
         return lambda: torch.cdist(x1, x2, p=p, **kwargs), [x1, x2]
 
     return make
@@ -244,7 +253,9 @@ def _embedding_bag(mode: str):
         weight = _leaf(10, 4, dtype=dtype)
         indices, offsets = torch.tensor([1, 2, 4, 5, 4, 3]), torch.tensor([0, 3])
         return (
-            lambda: torch.nn.functional.embedding_bag(indices, weight, offsets, mode=mode),
+            lambda: torch.nn.functional.embedding_bag(
+                indices, weight, offsets, mode=mode
+            ),
             [weight],
         )
 
@@ -252,7 +263,11 @@ def _embedding_bag(mode: str):
 
 
 def _module(
-    build: str, length: int, train: bool, dropout: float = 0.0, need_weights: bool = False
+    build: str,
+    length: int,
+    train: bool,
+    dropout: float = 0.0,
+    need_weights: bool = False,
 ):
     def make(dtype):
         import torch
@@ -454,27 +469,50 @@ def _op_block(trials: list[dict], titles: dict[str, str]) -> list[str]:
 
 
 def render(
-    measurements: dict[str, Measurement], fixes: dict[str, str], titles: dict[str, str]
+    measurements: dict[str, Measurement],
+    fixes: dict[str, str],
+    titles: dict[str, str],
+    cuda: dict | None = None,
 ) -> str:
-    """The table (each op: how often it raised in each torch release, and its fix), the
-    trials that changed between releases, then each op's errors and conditions."""
+    """The table (each op: how often it raised in each torch release on the CPU, and on CUDA
+    in the committed ``cuda`` file, and its fix), the trials that changed between releases,
+    then each op's errors and conditions."""
     releases = list(measurements)
     ops = sorted(set().union(*(_failing_ops(m) for m in measurements.values())))
+    cuda_trials = cuda_results.by_op(cuda) if cuda else {}
+    # The CUDA kernels that raise where no CPU kernel does: rows of their own.
+    cuda_only = sorted(
+        op for op, trials in cuda_trials.items()
+        if op not in ops and any(error for *_, error in trials)
+    )  # fmt: skip
+    cuda_header = f" | CUDA ({cuda_results.label(cuda)})" if cuda else ""
     lines = [
         "On the CPU. "
         + ". ".join(_where_measured(torch, m) for torch, m in measurements.items())
         + ". A release's column counts the op's trials that raised there.",
         "",
+        *([cuda_results.about_text(cuda), ""] if cuda else []),
         "| Op (its error and conditions below) | "
         + " | ".join(f"torch {torch}" for torch in releases)
+        + cuda_header
         + " | Fix |",
-        "|---" * (len(releases) + 2) + "|",
+        "|---" * (len(releases) + 2 + bool(cuda)) + "|",
     ]
     sections = []
     for number, op in enumerate(ops, start=1):
         fix = fixes[op].replace("|", "\\|") if op in fixes else NO_FIX
         by_release = {torch: _trials(m, op) for torch, m in measurements.items()}
         counts = " | ".join(_summary(trials) for trials in by_release.values())
+        if cuda:
+            trials = cuda_trials.get(op)
+            counts += " | " + (
+                cuda_results.summary(trials)
+                if trials
+                else cuda_results.cpu_op_cell(cuda)
+            ).replace("|", "\\|")
+            cuda_fix = cuda_results.fix(op, trials, fixes, NO_FIX) if trials else ""
+            if cuda_fix and cuda_fix not in fix:
+                fix += " On CUDA: " + cuda_fix.replace("|", "\\|")
         lines.append(f"| [`{op}`](#builtin-{number}) | {counts} | {fix} |")
         sections += ["", f"(builtin-{number})=", f"### `{op}`", ""]
         blocks: dict[str, list[str]] = {}  # a block -> the releases that show it
@@ -486,6 +524,29 @@ def render(
                 sections += [f"**torch {' and '.join(torches)}:**", ""]
             sections += [block, ""]
         sections.append(f"- **Fix:** {fix}.")
+    not_on_cpu = "not run (a CUDA kernel)"
+    for number, op in enumerate(cuda_only, start=len(ops) + 1):
+        trials = cuda_trials[op]
+        fix = cuda_results.fix(op, trials, fixes, NO_FIX).replace("|", "\\|")
+        cells = " | ".join(
+            [not_on_cpu] * len(releases) + [cuda_results.summary(trials)]
+        )
+        lines.append(f"| [`{op}`](#builtin-{number}) | {cells} | {fix} |")
+        sections += ["", f"(builtin-{number})=", f"### `{op}` (CUDA)", ""]
+        for message in sorted({error for *_, error in trials if error}):
+            raises = [f"{c} ({d})" for c, d, e in trials if e == message]
+            sections += [
+                f"```text\n{message}\n```",
+                "",
+                f"- **Raises:** {'; '.join(raises)}.",
+            ]
+        passes = [f"{c} ({d})" for c, d, e in trials if not e]
+        sections += [f"- **Passes:** {'; '.join(passes) or 'no other condition tried'}.",
+                     f"- **Fix:** {fix}.", ""]  # fmt: skip
+    if cuda:
+        works = [op for op, trials in cuda_trials.items()
+                 if op not in ops and not any(error for *_, error in trials)]  # fmt: skip
+        lines += ["", "Passed on CUDA: " + ", ".join(f"`{op}`" for op in works) + "."]
     return (
         "\n".join([*lines, "", *_changes(measurements), "",
                    "## Each op: the error, where it raises", *sections])
@@ -544,6 +605,7 @@ def _write_table(app) -> None:
     key = digest(
         Path(__file__), extension_dir / "error_index.py",
         extension_dir / "versioned_results.py", *committed_files(NAME),
+        extension_dir / "cuda_results.py", *sorted(cuda_results.DATA_DIR.glob("*.json")),
         salt=version("torch"),
     )  # fmt: skip
 
@@ -553,13 +615,21 @@ def _write_table(app) -> None:
         measurements = committed_or_measured(
             NAME, lambda: measure(lambda text: logger.info("built-ins: %s", text))
         )
-        return render(measurements, FIXES, _index_titles())
+        committed_cuda = cuda_results.load()
+        cuda = committed_cuda[-1] if committed_cuda else None
+        return render(measurements, FIXES, _index_titles(), cuda)
 
     regenerate(path, key, make)
 
 
+def _write_cuda_includes(app) -> None:
+    cuda_results.write_generated(Path(app.srcdir))
+
+
 def setup(app) -> dict[str, object]:
     app.connect("builder-inited", _write_table)
+    # The page "On the GPU" includes the committed CUDA results as reStructuredText.
+    app.connect("builder-inited", _write_cuda_includes)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 

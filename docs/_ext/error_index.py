@@ -17,6 +17,7 @@ from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 
+import cuda_results
 from source_digest import digest, regenerate
 from sphinx.application import Sphinx
 from versioned_results import Measurement, by_version, committed_files
@@ -382,16 +383,54 @@ def printed(title: str, measurements: dict[str, Measurement]) -> str:
     return text
 
 
-def table(measurements: dict[str, Measurement]) -> str:
+def table(measurements: dict[str, Measurement], cuda: dict | None = None) -> str:
     """One section per scenario: the message as each torch release printed it, its cause, its
-    fix, where explained."""
+    fix, where explained; then the CUDA kernels' messages from the committed ``cuda`` file."""
     sections = []
     for title, _, cause, fix, page in SCENARIOS:
         sections.append(
             f"## {title}\n\n{printed(title, measurements)}\n\n"
             f"- **Cause:** {cause}\n- **Fix:** {fix}\n- **Explained in:** {{doc}}`/{page}`\n"
         )
+    if cuda:
+        sections += cuda_sections(cuda)
     return "\n".join(sections)
+
+
+CUDA_PAGE = "auto_examples/plot_21_on_the_gpu"
+
+
+def cuda_title(message: str) -> str:
+    """A CUDA message's section title: the operator it names, or its words."""
+    import re
+
+    match = re.search(r"aten::(\w+)|derivative for '(\w+)'", message)
+    if match:
+        operator = (match.group(1) or match.group(2)).removesuffix("_backward")
+        return f"On CUDA: {operator} has no double backward"
+    return "On CUDA: " + message.split(": ")[-1].rstrip(".…")
+
+
+def cuda_sections(cuda: dict) -> list[str]:
+    """The CUDA column of the index: each message measured on a GPU (never raised at build
+    time: a build has no GPU), labelled with the GPU, torch build and date it came from."""
+    from double_backward.checker.model import FIXES
+
+    sections = []
+    trials = cuda_results.by_op(cuda)
+    for message, where in cuda_results.error_entries(cuda):
+        if message.startswith("raises ("):  # a result without a recorded message
+            continue
+        ops = [op for op in trials if any(e == message for *_, e in trials[op])]
+        fix = cuda_results.fix(ops[0], [("", "", message)], FIXES, "none known")
+        sections.append(
+            f"## {cuda_title(message)}\n\n```text\n{message}\n```\n\n"
+            f"Measured on CUDA, not at build time: {cuda_results.label(cuda)} "
+            f"({cuda['source']})\n\n"
+            f"- **Cause:** a gradient penalty through {where}.\n- **Fix:** {fix}\n"
+            f"- **Explained in:** {{doc}}`/{CUDA_PAGE}`\n"
+        )
+    return sections
 
 
 def _write_table(app: Sphinx) -> None:
@@ -402,12 +441,16 @@ def _write_table(app: Sphinx) -> None:
         Path(__file__),
         Path(__file__).with_name("versioned_results.py"),
         *committed_files("error_index"),
+        Path(__file__).with_name("cuda_results.py"),
+        *sorted(cuda_results.DATA_DIR.glob("*.json")),
         salt=version("torch"),
     )
 
     def make() -> str:
         captured_messages()  # every scenario must raise with the installed torch
-        return table(by_version("error_index", measure()))
+        committed_cuda = cuda_results.load()
+        cuda = committed_cuda[-1] if committed_cuda else None
+        return table(by_version("error_index", measure()), cuda)
 
     regenerate(path, key, make)
 

@@ -1,0 +1,402 @@
+"""The CUDA kernels without a double backward: probes, their committed results, and rendering.
+
+A build has no GPU, so nothing here runs a CUDA kernel at build time. The results are committed
+JSON, ``docs/_data/cuda/torch-<release>.json``: the GPU's name, the torch version and build,
+the date, where the figures come from (``source``), each trial as a cell
+(``"op | condition | dtype"`` -> the first line of its error, ``None`` where the gradient
+penalty ran), and the replacement attention's measured cost (``attention_cost``). Until a GPU
+run is committed, the file holds the measurements of issue 28 (an NVIDIA H200, torch
+2.11.0+cu130, 2026-12-04), labelled as such.
+
+``nox -s matrix -- --device cuda`` runs this module as a script on a machine with a GPU:
+:data:`PROBES` under a gradient penalty on ``cuda``, written with :func:`write` (keeping the
+committed ``attention_cost`` of the same release, which ``nox -s bench_functions -- --device
+cuda`` measures). The built-ins table (:mod:`builtins_table`), the error index
+(:mod:`error_index`) and the page "On the GPU" (``examples/plot_21_on_the_gpu.py``, through
+the reStructuredText this module writes to ``_generated/``) show the committed files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+DATA_DIR = Path(__file__).parents[1] / "_data" / "cuda"
+SDPA = "nn.functional.scaled_dot_product_attention"
+BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION")
+HALF_AND_SINGLE = ("float16", "bfloat16", "float32")
+RNNS = ("nn.LSTM", "nn.GRU", "nn.RNN")
+
+
+# -- probes ------------------------------------------------------------------------------------
+def _leaf(*shape, dtype, device, seed=0):
+    import torch
+
+    # Drawn on the CPU, then moved: the same inputs on every device.
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=generator, dtype=torch.float32)
+    return x.to(device=device, dtype=dtype).requires_grad_()
+
+
+def _sdpa(backend: str | None, is_causal: bool = False):
+    def make(dtype, device):
+        import contextlib
+
+        import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        q, k, v = (
+            _leaf(2, 2, 64, 64, dtype=dtype, device=device, seed=s) for s in range(3)
+        )
+
+        def call():
+            chosen = sdpa_kernel(getattr(SDPBackend, backend)) if backend else None
+            with chosen or contextlib.nullcontext():
+                return torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, is_causal=is_causal
+                )
+
+        return call, [q, k, v]
+
+    return make
+
+
+def _module(build: str, shape: tuple[int, ...], train: bool, cudnn: bool = True):
+    def make(dtype, device):
+        import contextlib
+
+        import torch
+
+        torch.manual_seed(0)
+        module = eval(build, {"nn": torch.nn})  # noqa: S307 - our own constant strings
+        module = module.to(device=device, dtype=dtype).train(train)
+        x = _leaf(*shape, dtype=dtype, device=device)
+
+        def call():
+            off = None if cudnn else torch.backends.cudnn.flags(enabled=False)
+            with off or contextlib.nullcontext():
+                out = module(x, x, x)[0] if "Multihead" in build else module(x)
+            return out[0] if isinstance(out, tuple) else out
+
+        return call, [x, *module.parameters()]
+
+    return make
+
+
+def _function(expression: str, shape: tuple[int, ...]):
+    def make(dtype, device):
+        import torch
+
+        x = _leaf(*shape, dtype=dtype, device=device)
+        return lambda: eval(expression, {"F": torch.nn.functional, "x": x}), [x]  # noqa: S307
+
+    return make
+
+
+ENCODER_LAYER = "nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)"
+
+#: (op, condition, dtypes, make(dtype, device) -> (call, leaves)): the kernels issue 28 found
+#: to differ from the CPU, and those it found to work, as ``nox -s matrix -- --device cuda``
+#: runs them.
+PROBES: list[tuple[str, str, tuple[str, ...], Callable]] = [
+    *[(SDPA, f"sdpa_kernel(SDPBackend.{backend})" + (", is_causal=True" if causal else ""),
+       HALF_AND_SINGLE, _sdpa(backend, causal))
+      for backend in BACKENDS for causal in (False, True)],
+    (SDPA, "default CUDA kernel", HALF_AND_SINGLE, _sdpa(None)),
+    (SDPA, "sdpa_kernel(SDPBackend.MATH)", HALF_AND_SINGLE, _sdpa("MATH")),
+    *[(f"nn.TransformerEncoderLayer ({mode})",
+       f"{mode} mode, dropout=0, default CUDA kernel", HALF_AND_SINGLE,
+       _module(ENCODER_LAYER, (2, 16, 16), mode == "train"))
+      for mode in ("train", "eval")],
+    *[(f"{rnn} (cuDNN)", f"{mode} mode" + ("" if cudnn else
+       ", torch.backends.cudnn.flags(enabled=False)"), ("float32",),
+       _module(f"{rnn}(8, 16, batch_first=True)", (2, 5, 8), mode == "train", cudnn))
+      for rnn in RNNS for cudnn in (True, False) for mode in ("train", "eval")],
+    *[("nn.BatchNorm2d", f"{mode} mode", ("float32",),
+       _module("nn.BatchNorm2d(3)", (2, 3, 5, 5), mode == "train"))
+      for mode in ("train", "eval")],
+    ("nn.GroupNorm", "train mode", ("float32",), _module("nn.GroupNorm(2, 4)", (2, 4, 5), True)),
+    ("nn.LayerNorm", "train mode", ("float32",), _module("nn.LayerNorm(8)", (2, 8), True)),
+    ("nn.Conv2d", "train mode", ("float32", "float16"),
+     _module("nn.Conv2d(3, 4, 3)", (2, 3, 8, 8), True)),
+    ("nn.ConvTranspose2d", "train mode", ("float32", "float16"),
+     _module("nn.ConvTranspose2d(3, 4, 3)", (2, 3, 8, 8), True)),
+    ("nn.MultiheadAttention", "need_weights=True (the default)", ("float32",),
+     _module("nn.MultiheadAttention(16, 2, batch_first=True)", (2, 6, 16), True)),
+    ("nn.functional.max_pool2d", "kernel 2", ("float32",),
+     _function("F.max_pool2d(x, 2)", (2, 3, 8, 8))),
+    ("nn.functional.interpolate", "bilinear, scale 2", ("float32",),
+     _function("F.interpolate(x, scale_factor=2, mode='bilinear')", (2, 3, 8, 8))),
+    ("nn.functional.rms_norm", "last dimension", ("float32",),
+     _function("F.rms_norm(x, (8,))", (2, 8))),
+]  # fmt: skip
+
+
+def first_line(error: BaseException) -> str:
+    """``Type: first line of the message``, as the built-ins table shows it."""
+    return f"{type(error).__name__}: {str(error).strip().splitlines()[0].rstrip(',')}"
+
+
+def penalty_error(call: Callable[[], object], wrt: list) -> str | None:
+    """The first line of what a gradient penalty raises, or ``None`` where it runs.
+
+    Unlike the CPU scan, an error of the first backward counts too: cuDNN's RNN in eval mode
+    refuses even that, and a penalty then fails at its first step.
+    """
+    import torch
+
+    try:
+        out = call()
+        # Fixed weights drawn on the CPU, then moved: the loss is not symmetric.
+        generator = torch.Generator().manual_seed(0)
+        weights = torch.randn(out.shape, generator=generator).to(out)
+        loss = (weights * out * out).sum()
+        grads = torch.autograd.grad(loss, wrt, create_graph=True, allow_unused=True)
+        penalty = sum((g * g).sum() for g in grads if g is not None)
+        torch.autograd.grad(penalty, wrt, allow_unused=True)
+    except Exception as error:  # noqa: BLE001 - the error is the measurement
+        return first_line(error)
+    return None
+
+
+def measure(device: str = "cuda") -> dict[str, str | None]:
+    """Every probe on ``device``: cell -> error (``None``: the penalty ran)."""
+    import torch
+
+    results = {}
+    for op, condition, dtypes, make in PROBES:
+        for dtype in dtypes:
+            call, wrt = make(getattr(torch, dtype), device)
+            results[f"{op} | {condition} | {dtype}"] = penalty_error(call, wrt)
+    return results
+
+
+def write(
+    results: dict[str, Any],
+    *,
+    device_name: str,
+    torch_build: str,
+    source: str,
+    data_dir: Path = DATA_DIR,
+    now: datetime.datetime | None = None,
+) -> Path:
+    """``results`` as ``<data_dir>/torch-<release>.json``, keeping that file's
+    ``attention_cost`` (measured by ``nox -s bench_functions -- --device cuda``)."""
+    release = torch_build.split("+")[0]
+    path = data_dir / f"torch-{release}.json"
+    kept = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    data = {
+        "torch": release,
+        "torch_build": torch_build,
+        "device": device_name,
+        "measured": now.strftime("%Y-%m-%d"),
+        "source": source,
+        "results": results,
+        "about": {"probes": len(results)},
+    }
+    if "attention_cost" in kept:
+        data["attention_cost"] = kept["attention_cost"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def load(data_dir: Path = DATA_DIR) -> list[dict[str, Any]]:
+    """The committed CUDA files, oldest torch release first."""
+
+    def release(data: dict) -> tuple[int, ...]:
+        return tuple(int(part) for part in data["torch"].split("."))
+
+    files = sorted(data_dir.glob("torch-*.json"))
+    return sorted(
+        (json.loads(f.read_text(encoding="utf-8")) for f in files), key=release
+    )
+
+
+# -- rendering ---------------------------------------------------------------------------------
+def label(data: dict[str, Any]) -> str:
+    """Where a file's figures come from: ``NVIDIA H200, torch 2.11.0+cu130, 2026-12-04``."""
+    return f"{data['device']}, torch {data['torch_build']}, {data['measured']}"
+
+
+def split_cell(cell: str) -> tuple[str, str, str]:
+    op, condition, dtype = cell.split(" | ")
+    return op, condition, dtype
+
+
+def by_op(data: dict[str, Any]) -> dict[str, list[tuple[str, str, str | None]]]:
+    """op -> [(condition, dtype, error)] in the file's order."""
+    ops: dict[str, list[tuple[str, str, str | None]]] = {}
+    for cell, error in data["results"].items():
+        op, condition, dtype = split_cell(cell)
+        ops.setdefault(op, []).append((condition, dtype, error))
+    return ops
+
+
+def summary(trials: list[tuple[str, str, str | None]]) -> str:
+    """An op's CUDA cell: how many of its trials raised, and where."""
+    raised = sum(1 for *_, error in trials if error)
+    if not raised:
+        return f"passed all {len(trials)} trials" if len(trials) > 1 else "passed"
+    return (
+        f"raised in {raised} of {len(trials)} trials: {_conditions(trials, True)}; "
+        f"passed: {_conditions(trials, False)}"
+    )
+
+
+def _conditions(trials, raised: bool) -> str:
+    dtypes: dict[str, list[str]] = {}
+    for condition, dtype, error in trials:
+        if bool(error) == raised:
+            dtypes.setdefault(condition, []).append(dtype)
+    return "; ".join(f"{c} ({', '.join(d)})" for c, d in dtypes.items()) or "none"
+
+
+def fix(op: str, trials, fixes: dict[str, str], no_fix: str) -> str:
+    """The fix of each error the op raised on CUDA (the ATen operator an error names, or the
+    message itself where it names none), once; a fix that another extends is left out."""
+    import re
+
+    shown: list[str] = []
+    for error in sorted({error for *_, error in trials if error}):
+        match = re.search(r"aten::(\w+)|derivative for '(\w+)'", error)
+        key = (match.group(1) or match.group(2)) if match else error.split(": ")[-1]
+        found = fixes.get(key.removesuffix("_backward")) or fixes.get(op) or no_fix
+        if found not in shown:
+            shown.append(found)
+    kept = [f for f in shown if not any(o != f and o.startswith(f) for o in shown)]
+    return " Otherwise: ".join(kept)
+
+
+def about_text(data: dict[str, Any]) -> str:
+    """Where the CUDA figures come from, for the text above a table."""
+    about = data.get("about", {})
+    compared = (
+        f" Across {about['opinfo_ops_compared_with_the_cpu']} OpInfo operators in "
+        f"{about['opinfo_dtype']}, {about['opinfo_ops_differing_from_the_cpu']} others "
+        "differed between the CPU and CUDA."
+        if "opinfo_ops_compared_with_the_cpu" in about
+        else ""
+    )
+    return (
+        f"On CUDA: {label(data)}. Source: {data['source']}{compared} Shown as measured: "
+        "a build has no GPU and re-runs none of it."
+    )
+
+
+def cpu_op_cell(data: dict[str, Any]) -> str:
+    """The CUDA cell of an op the CUDA run did not probe."""
+    about = data.get("about", {})
+    if "opinfo_ops_compared_with_the_cpu" in about:
+        return (
+            f"as on the CPU (torch {data['torch']}: "
+            f"{about['opinfo_ops_compared_with_the_cpu']} OpInfo ops compared in "
+            f"{about['opinfo_dtype']})"
+        )
+    return "not probed on CUDA"
+
+
+def error_entries(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """(message, the ops and conditions that raised it) for each CUDA error."""
+    messages: dict[str, list[str]] = {}
+    for op, trials in by_op(data).items():
+        for condition, dtype, error in trials:
+            if error:
+                messages.setdefault(error, []).append(f"`{op}`, {condition} ({dtype})")
+    return [(message, "; ".join(where)) for message, where in messages.items()]
+
+
+def kernels_rst(data: dict[str, Any]) -> str:
+    """A reStructuredText list-table of the CUDA trials, for the page "On the GPU"."""
+    rows = [
+        f"   * - ``{op}``\n     - {condition}\n     - {dtype}\n     - "
+        + (f"raises: ``{error}``" if error else "passes")
+        for op, trials in by_op(data).items()
+        for condition, dtype, error in trials
+    ]
+    return (
+        f".. list-table:: Gradient penalties on CUDA ({label(data)})\n"
+        "   :header-rows: 1\n\n"
+        "   * - Op\n     - Condition\n     - dtype\n     - Result\n"
+        + "\n".join(rows)
+        + "\n"
+    )
+
+
+def cost_rst(data: dict[str, Any]) -> str:
+    """The replacement attention's committed cost on the GPU, as a list-table."""
+    cost = data["attention_cost"]
+    shape = cost["shape"]
+
+    def shown(value, unit):
+        return "raises" if value is None else f"{value:g} {unit}"
+
+    rows = [
+        f"   * - {row['dtype']}\n     - {row['kernel']}\n"
+        f"     - {shown(row['forward_backward_ms'], 'ms')}\n"
+        f"     - {shown(row['gradient_penalty_ms'], 'ms')}\n"
+        f"     - {'—' if row['penalty_peak_gb'] is None else str(row['penalty_peak_gb']) + ' GB'}"
+        for row in cost["rows"]
+    ]
+    title = (
+        f"B={shape['batch']}, H={shape['heads']}, L={shape['length']}, "
+        f"d={shape['features']} ({label(data)})"
+    )
+    return (
+        f".. list-table:: {title}\n   :header-rows: 1\n\n"
+        "   * - dtype\n     - Kernel\n     - forward + backward\n     - gradient penalty\n"
+        "     - penalty peak memory\n" + "\n".join(rows) + "\n"
+    )
+
+
+def write_generated(srcdir: Path) -> None:
+    """The page's includes: ``_generated/cuda_kernels.rst`` and ``_generated/cuda_cost.rst``
+    from the newest committed file, with a sentence saying where the figures come from."""
+    newest = load()[-1]
+    generated = Path(srcdir) / "_generated"
+    generated.mkdir(exist_ok=True)
+    source = f"Source: {newest['source']}\n\n"
+    for name, text in (("cuda_kernels.rst", kernels_rst(newest)),
+                       ("cuda_cost.rst", cost_rst(newest))):  # fmt: skip
+        path = generated / name
+        content = source + text + ("\n" + newest["attention_cost"]["note"] + "\n"
+                                   if name == "cuda_cost.rst" else "")  # fmt: skip
+        if not path.exists() or path.read_text(encoding="utf-8") != content:
+            path.write_text(content, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(
+        description="Run the CUDA probes and write their JSON."
+    )
+    parser.add_argument("--device", default="cuda", help="a CUDA device (default cuda)")
+    args = parser.parse_args(argv)
+    import torch
+
+    device = torch.device(args.device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        raise SystemExit(
+            f"cuda_results: --device must name an available CUDA device, got {args.device!r} "
+            f"(CUDA available: {torch.cuda.is_available()})"
+        )
+    results = measure(str(device))
+    path = write(
+        results,
+        device_name=torch.cuda.get_device_name(device),
+        torch_build=torch.__version__,
+        source="nox -s matrix -- --device cuda (docs/_ext/cuda_results.py)",
+    )
+    raised = sum(1 for error in results.values() if error)
+    print(f"{raised} of {len(results)} CUDA trials raised: {path}")
+    return path
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

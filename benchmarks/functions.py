@@ -443,6 +443,139 @@ def run_attention(args, machine: dict) -> None:
     print(f"written to {output}")
 
 
+# -- Attention on a device: issue 28's GPU targets, side by side ---------------------------------
+
+#: Issue 28's GPU shape (batch, heads, length, features) in bfloat16, and a short one.
+DEVICE_ATTENTION_SHAPE = (4, 16, 4096, 64)
+QUICK_DEVICE_ATTENTION_SHAPE = (1, 2, 128, 16)
+#: ops / MATH at most, in bfloat16 (issue 28); the output error against a float32 reference
+#: at most 1.2 times MATH's, in bfloat16 and float16.
+DEVICE_TARGETS = {
+    "gradient_penalty_time": 0.7,
+    "gradient_penalty_peak_memory": 0.3,
+    "forward_backward_time": 0.6,
+    "bfloat16_error": 1.2,
+    "float16_error": 1.2,
+}
+DEVICE_SIDES = (
+    ("ops", ops.scaled_dot_product_attention),
+    ("MATH", math_attention),
+    ("default kernel", F.scaled_dot_product_attention),
+)
+
+
+def _median_seconds(step, rounds: int, device: torch.device) -> float:
+    step()  # warm-up (kernel selection, allocator)
+    return statistics.median(seconds_per_call(step, 1, device) for _ in range(rounds))
+
+
+def measure_device_attention(device: torch.device, shape, rounds: int) -> dict:
+    """ops, MATH and the default kernel in bfloat16 on ``device``: forward + backward and
+    gradient-penalty time (median of ``rounds``), the penalty's peak memory, and each dtype's
+    output error against a float32 reference. A side whose penalty raises is recorded so."""
+    generator = torch.Generator().manual_seed(0)
+    # Drawn on the CPU, then moved: the same inputs on every device.
+    q32, k32, v32, grad32 = (
+        torch.randn(shape, generator=generator).to(device) for _ in range(4)
+    )
+    q, k, v, grad_out = (t.bfloat16() for t in (q32, k32, v32, grad32))
+    rows = {}
+    for side, fn in DEVICE_SIDES:
+        row = {}
+        for kind in ATTENTION_KINDS:
+            step = attention_step(fn, kind, q, k, v, grad_out)
+            try:
+                row[f"{kind}_seconds"] = _median_seconds(step, rounds, device)
+            except RuntimeError as error:  # the fused kernels' missing double backward
+                row[f"{kind}_seconds"] = None
+                row[f"{kind}_error"] = str(error).splitlines()[0]
+        penalty = attention_step(fn, "gradient_penalty", q, k, v, grad_out)
+        row["gradient_penalty_peak_bytes"] = (
+            None
+            if row["gradient_penalty_seconds"] is None
+            else peak_memory(penalty, device)
+        )
+        rows[side] = row
+    reference = F.scaled_dot_product_attention(q32.double(), k32.double(), v32.double())
+    errors = {}
+    for dtype in (torch.bfloat16, torch.float16):
+        inputs = [t.to(dtype) for t in (q32, k32, v32)]
+        for side, fn in DEVICE_SIDES[:2]:
+            out = fn(*inputs).double()
+            errors[f"{side} {str(dtype).removeprefix('torch.')}"] = (
+                (out - reference).abs().max().item()
+            )
+    ops_row, math_row = rows["ops"], rows["MATH"]
+
+    def ratio(key):
+        if ops_row.get(key) is None or not math_row.get(key):
+            return None
+        return ops_row[key] / math_row[key]
+
+    figures = {
+        "gradient_penalty_time": ratio("gradient_penalty_seconds"),
+        "gradient_penalty_peak_memory": ratio("gradient_penalty_peak_bytes"),
+        "forward_backward_time": ratio("forward_backward_seconds"),
+        "bfloat16_error": errors["ops bfloat16"] / errors["MATH bfloat16"],
+        "float16_error": errors["ops float16"] / errors["MATH float16"],
+    }
+    targets = [
+        {"target": name, "ratio": figures[name], "at_most": bound,
+         "met": figures[name] is not None and figures[name] <= bound}
+        for name, bound in DEVICE_TARGETS.items()
+    ]  # fmt: skip
+    return {"sides": rows, "errors": errors, "targets": targets}
+
+
+def print_device_attention(device: torch.device, shape, results: dict) -> None:
+    batch, heads, length, features = shape
+    print(f"\nattention on {device} at B={batch}, H={heads}, L={length}, d={features}, "
+          "bfloat16: ops against MATH and the default kernel")  # fmt: skip
+
+    def shown(value, scale, unit):
+        return "raises" if value is None else f"{value * scale:10.2f} {unit}"
+
+    print(f"  {'':<15}{'fwd+bwd':>13}{'penalty':>13}{'penalty peak':>15}")
+    for side, row in results["sides"].items():
+        print(f"  {side:<15}{shown(row['forward_backward_seconds'], 1e3, 'ms'):>13}"
+              f"{shown(row['gradient_penalty_seconds'], 1e3, 'ms'):>13}"
+              f"{shown(row['gradient_penalty_peak_bytes'], 2**-20, 'MiB'):>15}")  # fmt: skip
+    for name, error in results["errors"].items():
+        print(
+            f"  output error, {name}: {error:.5f} (against float64 from the float32 inputs)"
+        )
+    for row in results["targets"]:
+        mark = "met" if row["met"] else "MISSED"
+        ratio = "n/a" if row["ratio"] is None else f"{row['ratio']:.3f}"
+        print(f"  target {row['target']:<29} ops / MATH {ratio} (at most "
+              f"{row['at_most']}) {mark}")  # fmt: skip
+
+
+def run_device_attention(args) -> None:
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: CUDA is not available on this machine")
+    shape = QUICK_DEVICE_ATTENTION_SHAPE if args.quick else DEVICE_ATTENTION_SHAPE
+    rounds = args.rounds or (3 if args.quick else 11)
+    results = measure_device_attention(device, shape, rounds)
+    print_device_attention(device, shape, results)
+    output = args.attention_output
+    if output is None:
+        print("device attention results not written (give --attention-output PATH)")
+        return
+    batch, heads, length, features = shape
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+    document = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "device": name, "torch": torch.__version__, "rounds": rounds,
+        "shape": {"batch": batch, "heads": heads, "length": length, "features": features},
+        **results,
+    }  # fmt: skip
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    print(f"written to {output}")
+
+
 # glibc serves allocations at or above its mmap threshold with fresh, zero-filled pages, and
 # raises the threshold as large blocks are freed: whether a 4 MB tensor costs page faults then
 # depends on what the process freed before, and 1e6-element timings flip from run to run.
@@ -483,7 +616,15 @@ def main() -> None:
         type=Path,
         help=f"attention JSON path (default {DEFAULT_ATTENTION_OUTPUT})",
     )
+    parser.add_argument(
+        "--device",
+        help="cuda (or cpu, to try the code path): issue 28's attention targets on that "
+        "device, ops against MATH in bfloat16, printed side by side (nothing else runs)",
+    )
     args = parser.parse_args()
+    if args.device is not None:
+        run_device_attention(args)
+        return
     rounds = args.rounds or (3 if args.quick else 11)
     if rounds < 1:
         parser.error("--rounds must be at least 1")

@@ -622,14 +622,8 @@ def _write_table(app) -> None:
     regenerate(path, key, make)
 
 
-def _write_cuda_includes(app) -> None:
-    cuda_results.write_generated(Path(app.srcdir))
-
-
 def setup(app) -> dict[str, object]:
     app.connect("builder-inited", _write_table)
-    # The page "On the GPU" includes the committed CUDA results as reStructuredText.
-    app.connect("builder-inited", _write_cuda_includes)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 

@@ -12,8 +12,8 @@ run is committed, the file holds the measurements of issue 28 (an NVIDIA H200, t
 :data:`PROBES` under a gradient penalty on ``cuda``, written with :func:`write` (keeping the
 committed ``attention_cost`` of the same release, which ``nox -s bench_functions -- --device
 cuda`` measures). The built-ins table (:mod:`builtins_table`), the error index
-(:mod:`error_index`) and the page "On the GPU" (``examples/plot_21_on_the_gpu.py``, through
-the reStructuredText this module writes to ``_generated/``) show the committed files.
+(:mod:`error_index`) and the page "On the GPU" (``examples/plot_21_on_the_gpu.py``, which
+reads the JSON itself) show the committed files.
 """
 
 from __future__ import annotations
@@ -311,65 +311,6 @@ def error_entries(data: dict[str, Any]) -> list[tuple[str, str]]:
             if error:
                 messages.setdefault(error, []).append(f"`{op}`, {condition} ({dtype})")
     return [(message, "; ".join(where)) for message, where in messages.items()]
-
-
-def kernels_rst(data: dict[str, Any]) -> str:
-    """A reStructuredText list-table of the CUDA trials, for the page "On the GPU"."""
-    rows = [
-        f"   * - ``{op}``\n     - {condition}\n     - {dtype}\n     - "
-        + (f"raises: ``{error}``" if error else "passes")
-        for op, trials in by_op(data).items()
-        for condition, dtype, error in trials
-    ]
-    return (
-        f".. list-table:: Gradient penalties on CUDA ({label(data)})\n"
-        "   :header-rows: 1\n\n"
-        "   * - Op\n     - Condition\n     - dtype\n     - Result\n"
-        + "\n".join(rows)
-        + "\n"
-    )
-
-
-def cost_rst(data: dict[str, Any]) -> str:
-    """The replacement attention's committed cost on the GPU, as a list-table."""
-    cost = data["attention_cost"]
-    shape = cost["shape"]
-
-    def shown(value, unit):
-        return "raises" if value is None else f"{value:g} {unit}"
-
-    rows = [
-        f"   * - {row['dtype']}\n     - {row['kernel']}\n"
-        f"     - {shown(row['forward_backward_ms'], 'ms')}\n"
-        f"     - {shown(row['gradient_penalty_ms'], 'ms')}\n"
-        f"     - {'—' if row['penalty_peak_gb'] is None else str(row['penalty_peak_gb']) + ' GB'}"
-        for row in cost["rows"]
-    ]
-    title = (
-        f"B={shape['batch']}, H={shape['heads']}, L={shape['length']}, "
-        f"d={shape['features']} ({label(data)})"
-    )
-    return (
-        f".. list-table:: {title}\n   :header-rows: 1\n\n"
-        "   * - dtype\n     - Kernel\n     - forward + backward\n     - gradient penalty\n"
-        "     - penalty peak memory\n" + "\n".join(rows) + "\n"
-    )
-
-
-def write_generated(srcdir: Path) -> None:
-    """The page's includes: ``_generated/cuda_kernels.rst`` and ``_generated/cuda_cost.rst``
-    from the newest committed file, with a sentence saying where the figures come from."""
-    newest = load()[-1]
-    generated = Path(srcdir) / "_generated"
-    generated.mkdir(exist_ok=True)
-    source = f"Source: {newest['source']}\n\n"
-    for name, text in (("cuda_kernels.rst", kernels_rst(newest)),
-                       ("cuda_cost.rst", cost_rst(newest))):  # fmt: skip
-        path = generated / name
-        content = source + text + ("\n" + newest["attention_cost"]["note"] + "\n"
-                                   if name == "cuda_cost.rst" else "")  # fmt: skip
-        if not path.exists() or path.read_text(encoding="utf-8") != content:
-            path.write_text(content, encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> Path:

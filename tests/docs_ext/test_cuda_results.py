@@ -151,12 +151,3 @@ def test_the_error_index_lists_the_cuda_messages_labelled():
     )
     assert all("NVIDIA H200, torch 2.11.0+cu130, 2026-12-04" in s for s in sections)
     assert cuda_title("RuntimeError: x") == "On CUDA: x"
-
-
-def test_the_pages_includes_are_written_from_the_newest_file(tmp_path):
-    cuda_results.write_generated(tmp_path)
-    kernels = (tmp_path / "_generated" / "cuda_kernels.rst").read_text()
-    cost = (tmp_path / "_generated" / "cuda_cost.rst").read_text()
-    assert kernels.startswith("Source: issue 28's text")
-    assert ".. list-table:: Gradient penalties on CUDA (NVIDIA H200" in kernels
-    assert "B=4, H=16, L=4096, d=64" in cost and "45.7 GB" in cost

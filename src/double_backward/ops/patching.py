@@ -80,8 +80,7 @@ _depth = 0
 _saved: list[tuple[Any, str, Any]] = []
 
 
-@contextlib.contextmanager
-def replaced() -> Iterator[None]:
+class replaced:  # noqa: N801 - used like torch.no_grad: with ops.replaced():
     """Inside the block, the torch functions without a double backward are the replacements.
 
     Usage, around the forward of a model you did not write::
@@ -122,16 +121,18 @@ def replaced() -> Iterator[None]:
     object it replaced. Blocks nest: an inner block inside an outer one changes nothing, and only
     the outermost restores. The patches are process-wide, not per thread.
     """
-    global _depth
-    with _lock:
-        if _depth == 0:
-            for owner, name, replacement in _patches():
-                _saved.append((owner, name, getattr(owner, name)))
-                setattr(owner, name, replacement)
-        _depth += 1
-    try:
-        yield
-    finally:
+
+    def __enter__(self) -> None:
+        global _depth
+        with _lock:
+            if _depth == 0:
+                for owner, name, replacement in _patches():
+                    _saved.append((owner, name, getattr(owner, name)))
+                    setattr(owner, name, replacement)
+            _depth += 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        global _depth
         with _lock:
             _depth -= 1
             if _depth == 0:

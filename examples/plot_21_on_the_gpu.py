@@ -1,0 +1,212 @@
+r"""
+On the GPU
+==========
+
+Gradient penalties, MAML and physics-informed networks train on GPUs, and on CUDA some
+built-ins run kernels that the CPU never runs: fused attention (flash, memory-efficient, cuDNN)
+and cuDNN's RNNs. None of them has a double backward. This page shows which kernels change on
+CUDA, the fix for each, what the replacement attention costs on a GPU, and the one line that
+swaps the replacements into a model you did not write: ``with double_backward.ops.replaced():``.
+
+This site is built on a CPU, so the CUDA results below are committed measurements, labelled
+with the GPU, the torch build and the date they come from; nothing here re-runs them. The
+context manager runs live, on the CPU, on a transformer and an LSTM; the same code runs on
+CUDA unchanged.
+"""
+
+# %%
+# Which kernels change on CUDA
+# ----------------------------
+# A gradient penalty (``torch.autograd.grad`` with ``create_graph=True``, then a second
+# backward) through each probe, on a GPU. The results are committed JSON in the repository,
+# ``docs/_data/cuda/torch-<release>.json``, with the GPU, the torch build and the date;
+# ``nox -s matrix -- --device cuda`` rewrites the file on a machine with a GPU. This page reads
+# it from a clone (the build runs it from ``examples/``) and shows it as measured.
+import json
+from pathlib import Path
+
+CUDA_DATA = Path("..", "docs", "_data", "cuda")
+if not CUDA_DATA.is_dir():
+    raise FileNotFoundError(
+        f"{CUDA_DATA.resolve()} not found: run this page from examples/ in a clone of the "
+        "repository, where the committed CUDA measurements are"
+    )
+newest = max(
+    (json.loads(path.read_text(encoding="utf-8")) for path in CUDA_DATA.glob("torch-*.json")),
+    key=lambda data: tuple(int(part) for part in data["torch"].split(".")),
+)
+print(f"measured on {newest['device']}, torch {newest['torch_build']}, {newest['measured']}")
+print(f"source: {newest['source']}\n")
+by_op = {}
+for cell, error in newest["results"].items():
+    op, condition, dtype = cell.split(" | ")
+    by_op.setdefault(op, {}).setdefault(error or "passes", []).append(f"{condition} ({dtype})")
+for op, outcomes in by_op.items():
+    print(op)
+    for outcome, where in outcomes.items():
+        print(f"  {outcome}\n    {'; '.join(where)}")
+
+# %%
+# Every fused attention backend raises, in every dtype, causal or not, and the default picks
+# one of them (cuDNN for bfloat16 and float16, efficient attention for float32); only the MATH
+# backend works. cuDNN's RNNs raise in train mode, and in eval mode even the first backward of
+# the penalty fails; with cuDNN off they pass. On the CPU none of these kernels runs.
+#
+# The fixes, one per kernel: attention under ``sdpa_kernel(SDPBackend.MATH)`` (it keeps the
+# L × S attention matrix) or :func:`double_backward.ops.scaled_dot_product_attention`; an RNN's
+# forward under ``torch.backends.cudnn.flags(enabled=False)``, which makes it take the native
+# CUDA kernels. :doc:`/builtins` has them in its CUDA column, and
+# :func:`~double_backward.check_model` names them when it finds these kernels in a model.
+
+# %%
+# A model with both: the gradient penalty without the fix
+# -------------------------------------------------------
+# A transformer encoder (eval mode, no dropout) and an LSTM, on the GPU when there is one. On
+# the CPU the transformer's attention runs torch's CPU flash kernel, which has no double
+# backward either, so the penalty fails here too; the LSTM works on the CPU.
+import torch
+from torch import nn
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+print(f"device: {device}")
+
+
+def gradient_penalty(model, x):
+    """loss + |d loss / dx|², differentiated with respect to the weights."""
+    x = x.detach().requires_grad_()
+    loss = model(x).square().mean()
+    (grad_x,) = torch.autograd.grad(loss, x, create_graph=True)
+    total = loss + grad_x.square().sum()
+    total.backward()
+    return total.detach()
+
+
+torch.manual_seed(0)
+layer = nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, dropout=0.0, batch_first=True)
+encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).double().to(device).eval()
+x = torch.randn(4, 10, 32, dtype=torch.float64, device=device)
+try:
+    gradient_penalty(encoder, x)
+except RuntimeError as error:
+    print(f"TransformerEncoder: {type(error).__name__}: {str(error).splitlines()[0]}")
+
+# %%
+# One line: ``ops.replaced()``
+# ----------------------------
+# Inside the block, ``F.scaled_dot_product_attention``, ``torch.cdist``, ``F.pdist`` and
+# ``F.ctc_loss`` are the replacements of :mod:`double_backward.ops`, and the forward of
+# ``nn.RNN``, ``nn.LSTM`` and ``nn.GRU`` runs with cuDNN off (cuDNN stays on for the rest,
+# such as convolutions). ``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer`` look the
+# attention function up in ``torch.nn.functional`` at each call, and so does Hugging Face
+# transformers' ``"sdpa"`` attention, so they pick the replacement up. The penalty now runs,
+# and its value is the MATH backend's.
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from double_backward import ops
+
+encoder.zero_grad()
+with ops.replaced():
+    replaced_value = gradient_penalty(encoder, x)
+replaced_grads = [p.grad.clone() for p in encoder.parameters()]
+encoder.zero_grad()
+with sdpa_kernel(SDPBackend.MATH):
+    math_value = gradient_penalty(encoder, x)
+same = torch.allclose(replaced_value, math_value, rtol=1e-10, atol=0) and all(
+    torch.allclose(a, p.grad, rtol=1e-9, atol=1e-12)
+    for a, p in zip(replaced_grads, encoder.parameters())
+)
+print(f"TransformerEncoder under ops.replaced(): penalty ran; "
+      f"value and weight gradients equal MATH's (float64, rtol 1e-9): {same}")
+
+# %%
+# The LSTM, in the same block
+# ---------------------------
+# The LSTM's penalty runs on both devices with the block: on CUDA because its forward runs
+# with cuDNN off, on the CPU because the CPU kernels have a double backward anyway. The block
+# restores what it replaced when it ends, also when it raises, and blocks nest.
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+lstm = nn.LSTM(8, 16, batch_first=True).double().to(device)
+
+
+def last_hidden(x):
+    return lstm(x)[0][:, -1]
+
+
+sequence = torch.randn(3, 12, 8, dtype=torch.float64, device=device)
+with ops.replaced():
+    value = gradient_penalty(last_hidden, sequence)
+    print(f"inside:  F.scaled_dot_product_attention is ops' one: "
+          f"{F.scaled_dot_product_attention is ops.scaled_dot_product_attention}")
+print(f"LSTM under ops.replaced(): penalty ran, value {value.item():.6f}")
+print(f"after:   F.scaled_dot_product_attention is ops' one: "
+      f"{F.scaled_dot_product_attention is ops.scaled_dot_product_attention}")
+
+# %%
+# What it does not patch
+# ----------------------
+# It replaces attributes of ``torch`` and ``torch.nn.functional``, so code that bound the
+# function before the block keeps torch's: ``from torch.nn.functional import
+# scaled_dot_product_attention`` at the top of a module, or a model compiled or traced before.
+# Neither does it change the options the replacements refuse: attention's ``dropout_p`` > 0
+# raises a ``ValueError`` inside the block (use dropout 0 or ``model.eval()``). Bound early,
+# the torch function still fails the penalty:
+from torch.nn.functional import scaled_dot_product_attention as bound_early
+
+q = torch.randn(1, 2, 8, 8, device=device, requires_grad=True)
+with ops.replaced():
+    print(f"bound early is the replacement: "
+          f"{bound_early is F.scaled_dot_product_attention}")
+    out = bound_early(q, q, q)
+(grad_q,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
+try:
+    grad_q.sum().backward()
+except RuntimeError as error:
+    print(f"bound early: {type(error).__name__}: {str(error).splitlines()[0]}")
+
+# %%
+# What the replacement attention costs on a GPU
+# ---------------------------------------------
+# :func:`~double_backward.ops.scaled_dot_product_attention` keeps one logsumexp per query instead
+# of the L × S attention matrix, and computes the scores a block of queries at a time. Blocks of
+# 2\ :sup:`20` scores, tuned on a CPU, left a GPU idle between small kernels; blocks of
+# 2\ :sup:`27` met the targets (against MATH: penalty time at most 0.7×, penalty peak memory
+# at most 0.3×, forward + backward at most 0.6×, in bfloat16). These are the committed figures,
+# measured before two changes that followed them: the block size is now chosen per device
+# (:func:`~double_backward.ops.block_elements`: 2\ :sup:`27` on CUDA, fewer where a quarter of the
+# free memory cannot hold three blocks), and half-precision inputs keep their scores, softmax
+# statistics and sums in float32, as fused kernels do. ``nox -s bench_functions -- --device
+# cuda`` measures the package as it is now, side by side with the targets.
+#
+# The committed figures, from the same file:
+cost = newest["attention_cost"]
+shape = cost["shape"]
+print(f"B={shape['batch']}, H={shape['heads']}, L={shape['length']}, d={shape['features']}, "
+      f"{newest['device']}, torch {newest['torch_build']}, {newest['measured']}")
+print(f"{'dtype':<10}{'kernel':<24}{'fwd+bwd':>10}{'penalty':>10}{'peak memory':>13}")
+for row in cost["rows"]:
+    forward, penalty, peak = (row["forward_backward_ms"], row["gradient_penalty_ms"],
+                              row["penalty_peak_gb"])
+    print(f"{row['dtype']:<10}{row['kernel']:<24}{forward:>7g} ms"
+          + (f"{penalty:>7g} ms" if penalty is not None else f"{'raises':>10}")
+          + (f"{peak:>10g} GB" if peak is not None else f"{'-':>13}"))
+for row in cost["output_error_vs_float32"]:
+    print(f"output error against float32, {row['dtype']}, {row['kernel']}: "
+          f"{row['max_abs_error']}")
+print(cost["note"])
+
+# %%
+# On this CPU the block is the one tuned here:
+print(f"blocked loops on {device}: {ops.block_elements(device)} scores at a time")
+
+# %%
+# Conclusion
+# ----------
+# On CUDA, attention and RNNs take kernels without a double backward; a gradient penalty
+# through them raises. The fix is a backend switch (MATH attention, cuDNN off for RNNs) or the
+# replacements of :mod:`double_backward.ops`, and ``with double_backward.ops.replaced():``
+# applies them to a model as it is. To find which layer of your own model breaks, run
+# :func:`~double_backward.check_model` on it (see
+# :doc:`plot_14_builtins_without_double_backward`); :doc:`/errors` lists the CUDA messages with
+# their fixes.

@@ -511,8 +511,11 @@ def render(
                 else cuda_results.cpu_op_cell(cuda)
             ).replace("|", "\\|")
             cuda_fix = cuda_results.fix(op, trials, fixes, NO_FIX) if trials else ""
-            if cuda_fix and cuda_fix not in fix:
-                fix += " On CUDA: " + cuda_fix.replace("|", "\\|")
+            cuda_fix = cuda_fix.replace("|", "\\|")
+            if cuda_fix.startswith(fix):  # the CUDA fix extends the CPU one
+                fix = cuda_fix
+            elif cuda_fix and cuda_fix not in fix:
+                fix += " On CUDA: " + cuda_fix
         lines.append(f"| [`{op}`](#builtin-{number}) | {counts} | {fix} |")
         sections += ["", f"(builtin-{number})=", f"### `{op}`", ""]
         blocks: dict[str, list[str]] = {}  # a block -> the releases that show it

@@ -243,12 +243,11 @@ def by_op(data: dict[str, Any]) -> dict[str, list[tuple[str, str, str | None]]]:
 def summary(trials: list[tuple[str, str, str | None]]) -> str:
     """An op's CUDA cell: how many of its trials raised, and where."""
     raised = sum(1 for *_, error in trials if error)
+    passed = _conditions(trials, False)
     if not raised:
-        return f"passed all {len(trials)} trials" if len(trials) > 1 else "passed"
-    return (
-        f"raised in {raised} of {len(trials)} trials: {_conditions(trials, True)}; "
-        f"passed: {_conditions(trials, False)}"
-    )
+        return f"passed: {passed}"
+    text = f"raised in {raised} of {len(trials)} trials: {_conditions(trials, True)}"
+    return text + (f"; passed: {passed}" if passed != "none" else "")
 
 
 def _conditions(trials, raised: bool) -> str:

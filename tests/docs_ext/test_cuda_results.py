@@ -151,3 +151,16 @@ def test_the_error_index_lists_the_cuda_messages_labelled():
     )
     assert all("NVIDIA H200, torch 2.11.0+cu130, 2026-12-04" in s for s in sections)
     assert cuda_title("RuntimeError: x") == "On CUDA: x"
+
+
+def test_a_cuda_cell_names_the_conditions_it_passed_and_raised_in():
+    # A row whose CPU trials raise (need_weights=False) must not read as fixed on CUDA.
+    passed = [("need_weights=True (the default)", "float32", None)]
+    assert (
+        cuda_results.summary(passed)
+        == "passed: need_weights=True (the default) (float32)"
+    )
+    raised = [("eval mode", "float32", "RuntimeError: x")]
+    assert (
+        cuda_results.summary(raised) == "raised in 1 of 1 trials: eval mode (float32)"
+    )

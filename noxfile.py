@@ -204,13 +204,17 @@ def bench_checker(session: nox.Session) -> None:
 
 @nox.session(reuse_venv=True)
 def bench_functions(session: nox.Session) -> None:
-    """Time each Function against its native op, count saved bytes; `-- --quick` to try."""
+    """Time each Function against its native op, count saved bytes; `-- --quick` to try.
+
+    `-- --device cuda`: ops' attention against MATH on the GPU, issue 28's targets side by side
+    (`-- --device cpu --quick` tries that code path without a GPU)."""
     install(session)
     session.run("python", "benchmarks/functions.py", *session.posargs)
     # The softmax and LayerNorm Functions of "Deriving double backward", into their own JSON.
     # --quick and --rounds apply to both scripts; --part, --only and the output paths are
     # functions.py's own, and a run that names one times only what it names.
-    if not {"--part", "--only", "--output", "--attention-output"} & {
+    # --device (cuda) times only the attention targets on that device.
+    if not {"--part", "--only", "--output", "--attention-output", "--device"} & {
         arg.split("=")[0] for arg in session.posargs
     }:
         session.run("python", "benchmarks/softmax_layer_norm.py", *session.posargs)

@@ -23,6 +23,12 @@ backend at B=2, H=8, L=S=1024, d=64 (float32, one thread, CPU): bytes kept beyon
 the output, peak memory, and forward + backward and gradient-penalty time in paired rounds,
 against the targets; written to ``measurements/attention.json`` (``--part attention`` for this
 alone, ``--part functions`` to skip it).
+
+``--device cuda`` (``nox -s bench_functions -- --device cuda``) measures instead issue 28's GPU
+targets, side by side: ops against MATH and the default kernel at B=4, H=16, L=4096, d=64 in
+bfloat16 (forward + backward and gradient-penalty wall time, the penalty's peak memory), and
+the output error in bfloat16 and float16 against float64 from the float32 inputs; written to
+``--attention-output`` when given. ``--device cpu --quick`` runs that code path on the CPU.
 """
 
 from __future__ import annotations

@@ -160,6 +160,11 @@ def test_pdist_values_are_torchs_and_torchs_has_no_double_backward():
         (lambda: ops.cdist(randn(3, 2), randn(3, 2), math.nan), ValueError, "got nan"),
         (lambda: ops.cdist(randn(3, 2), randn(3, 2), "2"), ValueError, "got '2'"),
         (lambda: ops.cdist(randn(3, 2), randn(3, 3)), ValueError, "with the same M"),
+        (
+            lambda: ops.cdist(randn(3, 2), randn(3, 2), compute_mode=None),
+            ValueError,
+            "compute_mode must be one of",
+        ),
         (lambda: ops.cdist(randn(3), randn(3, 3)), ValueError, r"x1 \(..., P, M\)"),
         (lambda: ops.cdist(randn(3, 2), randn(3, 2).float()), TypeError, "one dtype"),
         (
@@ -265,3 +270,18 @@ def test_cdist_below_one_gives_zero_where_a_coordinate_difference_is_zero(p):
     (grad,) = torch.autograd.grad(ops.cdist(a, x2, p)[3, 0], a)
     assert grad[3, 1] == 0
     assert grad[3, 0] != 0
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "use_mm_for_euclid_dist_if_necessary",
+        "use_mm_for_euclid_dist",
+        "donot_use_mm_for_euclid_dist",
+    ],
+)
+def test_cdist_takes_torchs_compute_modes_with_torchs_values(mode):
+    x1, x2 = randn(30, 3), randn(27, 3, seed=1)
+    torch.testing.assert_close(
+        ops.cdist(x1, x2, compute_mode=mode), torch.cdist(x1, x2, compute_mode=mode)
+    )

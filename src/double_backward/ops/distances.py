@@ -112,7 +112,20 @@ def _check_p(op: str, p: Any) -> float:
     return float(p)
 
 
-def cdist(x1: torch.Tensor, x2: torch.Tensor, p: float = 2.0) -> torch.Tensor:
+#: The compute modes torch.cdist takes: accepted and ignored here (one formula at every size).
+COMPUTE_MODES = (
+    "use_mm_for_euclid_dist_if_necessary",
+    "use_mm_for_euclid_dist",
+    "donot_use_mm_for_euclid_dist",
+)
+
+
+def cdist(
+    x1: torch.Tensor,
+    x2: torch.Tensor,
+    p: float = 2.0,
+    compute_mode: str = "use_mm_for_euclid_dist_if_necessary",
+) -> torch.Tensor:
     r"""``torch.cdist`` that can be differentiated to every order, at every size.
 
     ``x1`` (..., P, M) and ``x2`` (..., R, M), batch dimensions broadcast; returns the
@@ -131,8 +144,16 @@ def cdist(x1: torch.Tensor, x2: torch.Tensor, p: float = 2.0) -> torch.Tensor:
     such a difference contributes 0 already to the gradient, where the true derivative is
     infinite: torch's cdist makes the same choice. For p = 0 every derivative is 0. See
     :class:`Cdist` for the formulas and the memory the backward uses.
+
+    ``compute_mode`` takes torch's values and changes nothing: the distances are computed
+    directly (torch's ``"donot_use_mm_for_euclid_dist"``) at every size, and the backward is
+    the same formula whichever route torch's would have taken.
     """
     op = "cdist"
+    if compute_mode not in COMPUTE_MODES:
+        raise ValueError(
+            f"{op}: compute_mode must be one of {list(COMPUTE_MODES)}, got {compute_mode!r}"
+        )
     _check_tensor(op, "x1", x1)
     _check_tensor(op, "x2", x2)
     p = _check_p(op, p)

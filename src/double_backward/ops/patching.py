@@ -17,27 +17,6 @@ from .distances import cdist, pdist
 
 __all__ = ["replaced"]
 
-_COMPUTE_MODES = (
-    "use_mm_for_euclid_dist_if_necessary",
-    "use_mm_for_euclid_dist",
-    "donot_use_mm_for_euclid_dist",
-)
-
-
-def _cdist(
-    x1: torch.Tensor,
-    x2: torch.Tensor,
-    p: float = 2.0,
-    compute_mode: str = "use_mm_for_euclid_dist_if_necessary",
-) -> torch.Tensor:
-    """``torch.cdist``'s signature over :func:`~double_backward.ops.cdist`."""
-    if compute_mode not in _COMPUTE_MODES:
-        raise ValueError(
-            f"cdist: compute_mode must be one of {list(_COMPUTE_MODES)}, got "
-            f"{compute_mode!r}"
-        )
-    return cdist(x1, x2, p)
-
 
 @contextlib.contextmanager
 def _cudnn_off() -> Iterator[None]:
@@ -64,7 +43,7 @@ def _patches() -> list[tuple[Any, str, Any]]:
     """(owner, attribute, replacement) for everything ``replaced()`` sets."""
     patches: list[tuple[Any, str, Any]] = [
         (F, "scaled_dot_product_attention", scaled_dot_product_attention),
-        (torch, "cdist", _cdist),
+        (torch, "cdist", cdist),
         (F, "pdist", pdist),
         (torch, "pdist", pdist),
         (F, "ctc_loss", ctc_loss),
@@ -100,8 +79,8 @@ class replaced:  # noqa: N801 - used like torch.no_grad: with ops.replaced():
       ``nn.MultiheadAttention`` (with ``need_weights=False``, as ``nn.TransformerEncoderLayer``
       and ``nn.TransformerDecoderLayer`` call it) and of Hugging Face transformers' ``"sdpa"``
       attention, which look the function up in ``torch.nn.functional`` at every call;
-    - ``torch.cdist`` is :func:`~double_backward.ops.cdist` (``compute_mode`` is accepted and
-      ignored: one formula serves every size);
+    - ``torch.cdist`` is :func:`~double_backward.ops.cdist` (which takes ``compute_mode`` and
+      ignores it: one formula serves every size);
     - ``torch.nn.functional.pdist`` (which is ``torch.pdist``, patched too) is
       :func:`~double_backward.ops.pdist`;
     - ``torch.nn.functional.ctc_loss``, and so ``nn.CTCLoss``, is

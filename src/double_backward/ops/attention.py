@@ -173,6 +173,11 @@ class ScaledDotProductAttention(torch.autograd.Function):
     recorded (a plain ``backward()``, or this backward reached again from a second backward),
     the same formulas run in place, a block of queries at a time, as forward does. Use
     :func:`scaled_dot_product_attention` for the output alone.
+
+    For bfloat16 and float16 inputs, forward and the unrecorded backward compute the scores,
+    the softmax statistics and every sum in float32 (the output and the gradients come back
+    in the inputs' dtype, the logsumexp stays float32); the recorded backward runs in the
+    inputs' dtype. The block size follows the device: :func:`block_elements`.
     """
 
     @staticmethod

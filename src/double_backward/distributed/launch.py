@@ -1,0 +1,215 @@
+"""Run a function on N local processes joined by a ``gloo`` process group, with a timeout.
+
+>>> results = launch(task, world_size=2, timeout=60.0)  # task(rank, world_size) on each rank
+
+The processes are started with the ``spawn`` method, so ``task`` must be importable: a
+top-level function of a module (never one defined in a notebook or a sphinx-gallery script,
+whose ``__main__`` the new processes cannot import). The rendezvous is a
+:class:`~torch.distributed.FileStore` in a fresh temporary directory, so no port is chosen
+and two launches never collide; gloo connects the ranks over the loopback interface only.
+Each rank's standard output and error go to files (torch's C++ warnings would otherwise
+print in whatever runs the launch), each rank returns what ``task`` returned, and the
+process group is destroyed whatever happens. A rank that is not done when ``timeout``
+seconds have passed is killed, and :class:`LaunchTimeout` says which.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+import socket
+import tempfile
+import time
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# The ranks' own collectives fail after this long, so that a rank waiting on a dead peer
+# ends with an error rather than at the launcher's kill.
+_COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=30)
+
+
+class LaunchTimeout(RuntimeError):
+    """Some ranks had not finished when the launch's timeout passed; they were killed."""
+
+
+class RankFailed(RuntimeError):
+    """A rank's process ended without a result (it crashed, or ``task`` could not be run)."""
+
+
+def loopback_interface() -> str:
+    """The name of the loopback interface (``lo`` on Linux, ``lo0`` on macOS)."""
+    names = [name for _, name in socket.if_nameindex()]
+    for name in names:
+        if name.startswith("lo"):
+            return name
+    raise RuntimeError(f"no loopback interface among {names}")
+
+
+def check_importable(fn: Any, name: str) -> None:
+    """Refuse what a spawned process cannot import: a lambda, a local or an interactive function.
+
+    Raises :class:`TypeError` saying why and what to pass instead.
+    """
+    if not callable(fn):
+        raise TypeError(f"{name} must be a callable, got {type(fn).__name__}")
+    qualname = getattr(fn, "__qualname__", None)
+    module = getattr(fn, "__module__", None)
+    what = f"{name}={qualname or fn!r}"
+    if qualname is None or module is None:
+        raise TypeError(
+            f"{what} has no module-level name: the processes are spawned and import it by "
+            "name; pass a function defined at the top level of a module"
+        )
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        kind = (
+            "a lambda"
+            if "<lambda>" in qualname
+            else "a function defined inside another"
+        )
+        raise TypeError(
+            f"{what} is {kind}: the processes are spawned and import it by name, which "
+            "they cannot; pass a function defined at the top level of a module"
+        )
+    if module == "__main__":
+        import sys
+
+        main = sys.modules.get("__main__")
+        if getattr(main, "__file__", None) is None:
+            raise TypeError(
+                f"{what} is defined in an interactive __main__ (a notebook, a REPL, a "
+                "sphinx-gallery script): spawned processes cannot import it; move it to "
+                "a module (a .py file next to the notebook) and import it from there"
+            )
+    try:
+        pickle.dumps(fn)
+    except Exception as error:  # noqa: BLE001 - any pickling failure means the same thing
+        raise TypeError(
+            f"{what} cannot be pickled ({type(error).__name__}: {error}): the processes "
+            "are spawned and import it by name; pass a top-level function of a module"
+        ) from error
+
+
+def launch(
+    task: Callable[[int, int], Any],
+    world_size: int = 2,
+    *,
+    timeout: float = 60.0,
+) -> list[Any]:
+    """Run ``task(rank, world_size)`` on ``world_size`` processes; return each rank's result.
+
+    A rank whose ``task`` raised re-raises the error here (the lowest rank's), with the
+    rank's standard error appended when the process died without a result.
+    """
+    if isinstance(task, types.FunctionType):
+        check_importable(task, "task")
+    else:
+        try:
+            pickle.dumps(task)
+        except Exception as error:  # noqa: BLE001 - any pickling failure means the same thing
+            raise TypeError(
+                f"task cannot be pickled for the spawned processes: {error}"
+            ) from error
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    if not torch.distributed.is_available():
+        raise RuntimeError("this torch build has no torch.distributed")
+    context = torch.multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="double_backward-") as folder:
+        workdir = Path(folder)
+        processes = [
+            context.Process(
+                target=_run_rank,
+                args=(task, rank, world_size, str(workdir)),
+                daemon=True,
+            )
+            for rank in range(world_size)
+        ]
+        for process in processes:
+            process.start()
+        try:
+            _join_all(processes, timeout)
+        finally:
+            for process in processes:
+                if process.is_alive():
+                    process.kill()
+                    process.join(5.0)
+        codes = [process.exitcode for process in processes]
+        return [_result(workdir, rank, codes[rank]) for rank in range(world_size)]
+
+
+def _join_all(processes: list, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    late = [rank for rank, process in enumerate(processes) if process.is_alive()]
+    if late:
+        raise LaunchTimeout(
+            f"rank{'s' if len(late) > 1 else ''} {', '.join(map(str, late))} had not "
+            f"finished after {timeout:g} s and were killed"
+        )
+
+
+def _result(workdir: Path, rank: int, exitcode: int | None) -> Any:
+    file = workdir / f"result-{rank}.pkl"
+    if not file.exists() and not (workdir / f"stderr-{rank}.txt").exists():
+        raise RankFailed(
+            f"rank {rank} ended (exit code {exitcode}) before it could run: its error is "
+            'above. Run from a script, call this under `if __name__ == "__main__":`, '
+            "since each spawned process imports the script"
+        )
+    if not file.exists():
+        stderr = (workdir / f"stderr-{rank}.txt").read_text(errors="replace")
+        tail = "\n".join(stderr.strip().splitlines()[-15:])
+        raise RankFailed(
+            f"rank {rank} ended without a result; its standard error:\n{tail}"
+        )
+    with file.open("rb") as handle:
+        ok, value = pickle.load(
+            handle
+        )  # written by _run_rank, in this launch's own folder
+    if not ok:
+        raise value
+    return value
+
+
+def _run_rank(
+    task: Callable[[int, int], Any], rank: int, world_size: int, workdir: str
+) -> None:
+    """One spawned process: output to files, join the group, run ``task``, leave the group."""
+    folder = Path(workdir)
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        with open(folder / f"{name}-{rank}.txt", "w") as handle:
+            os.dup2(handle.fileno(), fd)
+    os.environ["GLOO_SOCKET_IFNAME"] = loopback_interface()  # never a public interface
+    torch.set_num_threads(1)  # the ranks share the machine's cores
+    import torch.distributed as dist
+
+    try:
+        store = dist.FileStore(str(folder / "store"), world_size)
+        dist.init_process_group(
+            "gloo",
+            store=store,
+            rank=rank,
+            world_size=world_size,
+            timeout=_COLLECTIVE_TIMEOUT,
+        )
+        try:
+            outcome: tuple[bool, Any] = (True, task(rank, world_size))
+        finally:
+            dist.destroy_process_group()
+    except Exception as error:  # noqa: BLE001 - handed to the launcher, which re-raises it
+        outcome = (False, error)
+    partial = folder / f"result-{rank}.tmp"
+    with partial.open("wb") as handle:
+        try:
+            pickle.dump(outcome, handle)
+        except Exception as error:  # noqa: BLE001 - an unpicklable result or error
+            handle.seek(0)
+            handle.truncate()
+            pickle.dump((False, RuntimeError(f"rank {rank}: {error}")), handle)
+    partial.rename(folder / f"result-{rank}.pkl")  # complete, or absent

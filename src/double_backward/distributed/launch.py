@@ -2,9 +2,12 @@
 
 >>> results = launch(task, world_size=2, timeout=60.0)  # task(rank, world_size) on each rank
 
-The processes are started with the ``spawn`` method, so ``task`` must be importable: a
-top-level function of a module (never one defined in a notebook or a sphinx-gallery script,
-whose ``__main__`` the new processes cannot import). The rendezvous is a
+Each rank is a new Python process (``python -m double_backward.distributed._rank``) that
+imports ``task`` by name, so ``task`` must be importable: a top-level function of a module,
+never one defined in ``__main__`` (a script, a notebook, a sphinx-gallery page). Unlike
+:mod:`multiprocessing`'s ``spawn``, nothing re-imports the caller's script, so a launch
+runs from a script without an ``if __name__ == "__main__":`` guard, from a notebook and
+inside sphinx-gallery alike. The rendezvous is a
 :class:`~torch.distributed.FileStore` in a fresh temporary directory, so no port is chosen
 and two launches never collide; gloo connects the ranks over the loopback interface only.
 Each rank's standard output and error go to files (torch's C++ warnings would otherwise
@@ -15,10 +18,13 @@ seconds have passed is killed, and :class:`LaunchTimeout` says which.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import pickle
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 import types
@@ -31,6 +37,11 @@ import torch
 # The ranks' own collectives fail after this long, so that a rank waiting on a dead peer
 # ends with an error rather than at the launcher's kill.
 _COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=30)
+
+
+# The module each rank runs: it calls run_rank (a module apart, so that ``-m`` does not
+# run this one a second time under the name __main__).
+_RANK_MODULE = "double_backward.distributed._rank"
 
 
 class LaunchTimeout(RuntimeError):
@@ -59,7 +70,7 @@ def check_importable(fn: Any, name: str) -> None:
         raise TypeError(f"{name} must be a callable, got {type(fn).__name__}")
     qualname = getattr(fn, "__qualname__", None)
     module = getattr(fn, "__module__", None)
-    what = f"{name}={qualname or fn!r}"
+    what = f"{name}={qualname or repr(fn)}"
     if qualname is None or module is None:
         raise TypeError(
             f"{what} has no module-level name: the processes are spawned and import it by "
@@ -76,15 +87,11 @@ def check_importable(fn: Any, name: str) -> None:
             "they cannot; pass a function defined at the top level of a module"
         )
     if module == "__main__":
-        import sys
-
-        main = sys.modules.get("__main__")
-        if getattr(main, "__file__", None) is None:
-            raise TypeError(
-                f"{what} is defined in an interactive __main__ (a notebook, a REPL, a "
-                "sphinx-gallery script): spawned processes cannot import it; move it to "
-                "a module (a .py file next to the notebook) and import it from there"
-            )
+        raise TypeError(
+            f"{what} is defined in __main__ (a script, a notebook, a sphinx-gallery "
+            "page): the processes import it by name and cannot; move it to a module "
+            "(a .py file next to yours) and import it from there"
+        )
     try:
         pickle.dumps(fn)
     except Exception as error:  # noqa: BLE001 - any pickling failure means the same thing
@@ -118,35 +125,55 @@ def launch(
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     if not torch.distributed.is_available():
         raise RuntimeError("this torch build has no torch.distributed")
-    context = torch.multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="double_backward-") as folder:
         workdir = Path(folder)
-        processes = [
-            context.Process(
-                target=_run_rank,
-                args=(task, rank, world_size, str(workdir)),
-                daemon=True,
-            )
-            for rank in range(world_size)
-        ]
-        for process in processes:
-            process.start()
+        (workdir / "task.pkl").write_bytes(pickle.dumps(task))
+        # The ranks import what this process can: its sys.path ("" is the current folder).
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path)
+        )
+        processes = []
         try:
+            for rank in range(world_size):
+                with (
+                    open(workdir / f"stdout-{rank}.txt", "wb") as stdout,
+                    open(workdir / f"stderr-{rank}.txt", "wb") as stderr,
+                ):
+                    command = [
+                        sys.executable,
+                        "-m",
+                        _RANK_MODULE,
+                        folder,
+                        str(rank),
+                        str(world_size),
+                    ]
+                    processes.append(
+                        subprocess.Popen(
+                            command,
+                            stdin=subprocess.DEVNULL,
+                            stdout=stdout,
+                            stderr=stderr,
+                            env=env,
+                        )
+                    )
             _join_all(processes, timeout)
         finally:
             for process in processes:
-                if process.is_alive():
+                if process.poll() is None:
                     process.kill()
-                    process.join(5.0)
-        codes = [process.exitcode for process in processes]
-        return [_result(workdir, rank, codes[rank]) for rank in range(world_size)]
+                    process.wait(10.0)
+        return [
+            _result(workdir, rank, process.returncode)
+            for rank, process in enumerate(processes)
+        ]
 
 
-def _join_all(processes: list, timeout: float) -> None:
+def _join_all(processes: list[subprocess.Popen], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     for process in processes:
-        process.join(max(0.0, deadline - time.monotonic()))
-    late = [rank for rank, process in enumerate(processes) if process.is_alive()]
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(max(0.0, deadline - time.monotonic()))
+    late = [rank for rank, process in enumerate(processes) if process.poll() is None]
     if late:
         raise LaunchTimeout(
             f"rank{'s' if len(late) > 1 else ''} {', '.join(map(str, late))} had not "
@@ -156,40 +183,29 @@ def _join_all(processes: list, timeout: float) -> None:
 
 def _result(workdir: Path, rank: int, exitcode: int | None) -> Any:
     file = workdir / f"result-{rank}.pkl"
-    if not file.exists() and not (workdir / f"stderr-{rank}.txt").exists():
-        raise RankFailed(
-            f"rank {rank} ended (exit code {exitcode}) before it could run: its error is "
-            'above. Run from a script, call this under `if __name__ == "__main__":`, '
-            "since each spawned process imports the script"
-        )
     if not file.exists():
         stderr = (workdir / f"stderr-{rank}.txt").read_text(errors="replace")
         tail = "\n".join(stderr.strip().splitlines()[-15:])
         raise RankFailed(
-            f"rank {rank} ended without a result; its standard error:\n{tail}"
+            f"rank {rank} ended (exit code {exitcode}) without a result; its standard "
+            f"error:\n{tail}"
         )
-    with file.open("rb") as handle:
-        ok, value = pickle.load(
-            handle
-        )  # written by _run_rank, in this launch's own folder
+    # Written by run_rank, in this launch's own temporary folder.
+    ok, value = pickle.loads(file.read_bytes())
     if not ok:
         raise value
     return value
 
 
-def _run_rank(
-    task: Callable[[int, int], Any], rank: int, world_size: int, workdir: str
-) -> None:
-    """One spawned process: output to files, join the group, run ``task``, leave the group."""
+def run_rank(workdir: str, rank: int, world_size: int) -> None:
+    """One rank's process: join the group, run the task, leave the group, write the result."""
     folder = Path(workdir)
-    for fd, name in ((1, "stdout"), (2, "stderr")):
-        with open(folder / f"{name}-{rank}.txt", "w") as handle:
-            os.dup2(handle.fileno(), fd)
     os.environ["GLOO_SOCKET_IFNAME"] = loopback_interface()  # never a public interface
     torch.set_num_threads(1)  # the ranks share the machine's cores
     import torch.distributed as dist
 
     try:
+        task = pickle.loads((folder / "task.pkl").read_bytes())  # written by launch()
         store = dist.FileStore(str(folder / "store"), world_size)
         dist.init_process_group(
             "gloo",

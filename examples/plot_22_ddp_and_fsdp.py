@@ -3,9 +3,9 @@ Double backward under DDP and FSDP
 ==================================
 
 A gradient penalty (R1, WGAN-GP), MAML or a physics-informed loss differentiates a gradient.
-PyTorch says only that :class:`~torch.nn.parallel.DistributedDataParallel` with
+PyTorch says only that ``DistributedDataParallel`` with
 ``create_graph=True`` "is not well-supported". This page shows what happens, each case run
-live at build time: real :mod:`torch.distributed` with the ``gloo`` backend, two processes on
+live at build time: real ``torch.distributed`` with the ``gloo`` backend, two processes on
 this machine's loopback interface, each given half of an 8-sample batch. Every rank's gradient
 is compared with one process's on the whole batch: the mean over the two halves of each
 half's gradient, which is what DDP's averaging all-reduce must give.
@@ -21,7 +21,7 @@ your own model and penalty.
 # The critic and its R1 penalty
 # -----------------------------
 # The processes are spawned, so each imports the code it runs by name: the training steps
-# live in :mod:`double_backward.distributed.steps`, not on this page (a function defined in
+# live in ``double_backward.distributed.steps``, not on this page (a function defined in
 # a notebook cannot be imported by a new process). This is the penalty step, as a
 # lazy-regularisation step writes it. The critic is a Tanh MLP, 4 -> 16 -> 16 -> 1, in
 # float64 so that rounding stays far below every difference shown.
@@ -111,7 +111,7 @@ print(reports["zero_loss"])
 # Fix 2: ``no_sync()`` and an explicit all-reduce
 # -----------------------------------------------
 # :func:`~double_backward.distributed.synchronized_gradients` runs the step inside
-# :meth:`~torch.nn.parallel.DistributedDataParallel.no_sync`, then all-reduces and averages
+# ``no_sync()``, then all-reduces and averages
 # each gradient itself. It works whatever the step does, and costs one all-reduce per
 # parameter instead of DDP's bucketed, overlapped ones.
 print(inspect.getsource(steps.r1_synchronized))
@@ -148,7 +148,7 @@ print(reports["fsdp_no_reshard"])
 # %%
 # Why: the unsharded weights are freed after the first backward
 # -------------------------------------------------------------
-# :func:`~double_backward.distributed.probes.unsharded_storage` follows the first layer's
+# ``double_backward.distributed.probes.unsharded_storage`` follows the first layer's
 # unsharded weight (the tensor its forward computed with, 16 x 4 in float64: 512 bytes)
 # through an R1 step on each rank. By default its storage is freed after the forward pass and
 # again after the first backward; with ``reshard_after_forward=False`` it survives the
@@ -170,7 +170,7 @@ for setting, seen in storage[0].items():
 # The fix for FSDP: keep the step unsharded, then average
 # -------------------------------------------------------
 # ``synchronized_gradients`` on a ``fully_shard``-ed model keeps its parameters unsharded
-# until the step ends (:meth:`set_reshard_after_backward(False)` and no reduce-scatter),
+# until the step ends (``set_reshard_after_backward(False)`` and no reduce-scatter),
 # averages the full gradients, reshards, and puts each rank's shard in ``.grad``. The step
 # holds the whole unsharded model, the memory FSDP saves the rest of the time.
 print(reports["fsdp_synchronized"])

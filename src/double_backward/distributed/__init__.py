@@ -1,7 +1,7 @@
 """Double backward under ``DistributedDataParallel`` and FSDP, checked on local processes.
 
-- :mod:`~double_backward.distributed.check`: :func:`check_distributed`, whether your
-  penalty's gradient is synchronized across processes, compared with one process;
+- :mod:`~double_backward.distributed.check`: :func:`~double_backward.check_distributed`,
+  whether your penalty's gradient is synchronized across processes, compared with one process;
 - :mod:`~double_backward.distributed.sync`: :func:`synchronized_gradients`, a step whose
   gradients are averaged explicitly (the fix the page measures);
 - :mod:`~double_backward.distributed.launch`: :func:`launch`, a function on N local

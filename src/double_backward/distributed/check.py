@@ -3,9 +3,9 @@
 >>> report = check_distributed(make_critic, r1_penalty, x, world_size=2, wrapper="ddp")
 >>> print(report)  # synchronized / not synchronized (error per parameter) / raises, the fix
 
-:func:`check_distributed` runs your step on ``world_size`` local processes (``gloo`` over the
-loopback interface, see :mod:`~double_backward.distributed.launch`), each on its share of
-the batch, with the model wrapped in :class:`~torch.nn.parallel.DistributedDataParallel` or
+:func:`~double_backward.check_distributed` runs your step on ``world_size`` local processes
+(``gloo`` over the loopback interface, see :mod:`~double_backward.distributed.launch`),
+each on its share of the batch, with the model wrapped in ``DistributedDataParallel`` or
 sharded with ``fully_shard``. It runs the step ``steps`` times (DDP raises only at the step
 after an unsynchronized one), then compares the gradient each rank ends with against the one
 that a single process computes without a wrapper: the mean over the shares of the gradient
@@ -133,7 +133,8 @@ class Step:
 
 @dataclasses.dataclass(frozen=True)
 class DistributedReport:
-    """What :func:`check_distributed` found: one :class:`Step` per step run, and the fix."""
+    """What :func:`~double_backward.check_distributed` found: a :class:`Step` per step run,
+    and the fix."""
 
     title: str
     wrapper: str
@@ -253,7 +254,8 @@ def check_distributed(
 def check_cases(
     cases: Sequence[Case], world_size: int = 2, *, timeout: float = 120.0
 ) -> list[DistributedReport]:
-    """:func:`check_distributed` for several cases in one launch (processes start once)."""
+    """:func:`~double_backward.check_distributed` for several cases in one launch (the
+    processes start once)."""
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     for case in cases:

@@ -5,10 +5,10 @@
 Each rank is a new Python process (``python -m double_backward.distributed._rank``) that
 imports ``task`` by name, so ``task`` must be importable: a top-level function of a module,
 never one defined in ``__main__`` (a script, a notebook, a sphinx-gallery page). Unlike
-:mod:`multiprocessing`'s ``spawn``, nothing re-imports the caller's script, so a launch
+``multiprocessing``'s ``spawn``, nothing re-imports the caller's script, so a launch
 runs from a script without an ``if __name__ == "__main__":`` guard, from a notebook and
 inside sphinx-gallery alike. The rendezvous is a
-:class:`~torch.distributed.FileStore` in a fresh temporary directory, so no port is chosen
+``FileStore`` in a fresh temporary directory, so no port is chosen
 and two launches never collide; gloo connects the ranks over the loopback interface only.
 Each rank's standard output and error go to files (torch's C++ warnings would otherwise
 print in whatever runs the launch), each rank returns what ``task`` returned, and the

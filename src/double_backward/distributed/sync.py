@@ -8,8 +8,8 @@ all-reduces a step's gradients only when every parameter received one in the bac
 watches, and ``fully_shard`` frees each layer's unsharded parameters after the first
 backward, which a gradient penalty's second backward still needs. Inside this context:
 
-- under :class:`~torch.nn.parallel.DistributedDataParallel`, the step runs in
-  :meth:`~torch.nn.parallel.DistributedDataParallel.no_sync` and the gradients are
+- under ``DistributedDataParallel``, the step runs in
+  ``no_sync()`` and the gradients are
   all-reduced and averaged explicitly at the end;
 - under FSDP2 (``fully_shard``), the parameters stay unsharded until the step ends
   (``set_reshard_after_backward(False)``, no gradient reduce-scatter), then the full

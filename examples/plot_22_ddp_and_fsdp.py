@@ -38,9 +38,9 @@ print(f"torch {torch.__version__.split('+')[0]}, gloo, 2 processes on 127.0.0.1"
 # R1 on its own under DDP: not synchronized, then an error
 # --------------------------------------------------------
 # :func:`~double_backward.check_distributed` runs the step twice on each rank, with the model
-# in ``DistributedDataParallel``, and compares the gradients after each step. Step 1 ends with
-# a relative error near one half in every parameter: nothing was all-reduced, silently. Step
-# 2 raises. The cause is in the report's last line but one: the penalty gives the last
+# in ``DistributedDataParallel``, and compares the gradients after each step. After step 1,
+# each rank holds its own half's gradient: nothing was all-reduced, and nothing said so.
+# Step 2 raises. The report's last line but one names the cause: the penalty gives the last
 # layer's bias no gradient (the gradient of the output with respect to ``x`` does not depend
 # on it), and DDP all-reduces only once every parameter has received its gradient.
 from double_backward import check_distributed
@@ -48,6 +48,7 @@ from double_backward import check_distributed
 x = steps.batch()
 r1_alone = check_distributed(steps.make_critic, steps.r1_penalty, x, world_size=2, wrapper="ddp")
 print(r1_alone)
+assert [step.kind for step in r1_alone.steps] == ["not synchronized", "raises"]
 
 # %%
 # Every other case, in one launch
@@ -79,6 +80,12 @@ cases = {
 }
 reports = dict(zip(cases, check_cases(list(cases.values()), world_size=2), strict=True))
 print(f"{len(reports)} cases checked")
+# What the sections below say, checked here so that a torch release changing it fails the build.
+fixed = ["no_last_bias", "critic_loss", "zero_loss", "synchronized", "x_grad_synchronized"]
+assert all(reports[name].ok for name in [*fixed, "maml", "fsdp_synchronized"])
+assert all(reports[name].verdict == "raises" for name in ["x_grad", "fsdp", "fsdp_no_reshard"])
+assert reports["find_unused"].steps[1].kind == "raises"
+assert {step.kind for step in reports["static_graph"].steps} == {"not synchronized"}
 
 # %%
 # DDP's options do not help
@@ -121,9 +128,10 @@ print(reports["synchronized"])
 # ``out.backward(create_graph=True)``, then a penalty on ``x.grad``
 # -----------------------------------------------------------------
 # Computing the input gradient with ``backward`` rather than :func:`torch.autograd.grad`
-# also accumulates the parameters' gradients, with a graph, and DDP raises when it reduces
-# them. Inside ``synchronized_gradients`` the same step runs and is synchronized (the
-# gradient compared includes the first backward's share, as in one process).
+# also accumulates the parameters' gradients, with a graph; under DDP that backward raises
+# (in one process the same step runs: the report's comparison computed it). Inside
+# ``synchronized_gradients`` the same step runs and is synchronized (the gradient compared
+# includes the first backward's share, as in one process).
 print(inspect.getsource(steps.penalty_on_x_grad))
 print(reports["x_grad"])
 print(reports["x_grad_synchronized"])

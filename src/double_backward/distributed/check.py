@@ -52,8 +52,9 @@ FIXES: dict[tuple[str, str], str] = {
         "`+ 0 * out.sum()`), or " + _SYNC_FIX
     ),
     ("ddp", "in-place"): (
-        "`backward(create_graph=True)` on a DDP model fails when DDP reduces the gradients "
-        "it accumulates. Take the input gradient with "
+        "`backward(create_graph=True)` on a DDP model raises inside that backward, where "
+        "DDP reduces the parameters' gradients (without DDP the same step runs). Take the "
+        "input gradient with "
         "`torch.autograd.grad(out.sum(), x, create_graph=True)` and add the penalty to a "
         "loss that uses every parameter, or " + _SYNC_FIX
     ),

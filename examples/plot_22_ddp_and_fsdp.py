@@ -186,9 +186,9 @@ print(reports["fsdp_synchronized"])
 # %%
 # The results, per torch release
 # ------------------------------
-# Every row measured on this page, from the reports above. The table holds for the torch
-# printed with it; DDP's and FSDP's hooks change between releases, so run this page (or
-# :func:`~double_backward.check_distributed`) again with yours.
+# Every row measured on this page, from the reports above. They were measured with the torch
+# printed beside them, and hold for that release only: with another, run this page (or
+# :func:`~double_backward.check_distributed` on your own step) again.
 summary = [
     ("R1 on its own (lazy R1)", "DDP", r1_alone),
     ("  find_unused_parameters=True", "DDP", reports["find_unused"]),

@@ -317,3 +317,19 @@ def test_a_script_without_a_main_guard_can_launch(tmp_path):
 def test_bad_arguments_are_refused(kwargs, error, match):
     with pytest.raises(error, match=match):
         check_distributed(make_mlp, r1, X, **kwargs)
+
+
+class NeedsTwoArguments(Exception):
+    def __init__(self, what: str, where: int) -> None:
+        super().__init__(f"{what} on rank {where}")
+
+
+def raises_unrebuildable(rank: int, world_size: int) -> None:
+    raise NeedsTwoArguments("broken", rank)
+
+
+def test_an_error_that_cannot_be_rebuilt_arrives_as_its_text():
+    with pytest.raises(
+        RuntimeError, match="rank 0: NeedsTwoArguments: broken on rank 0"
+    ):
+        launch(raises_unrebuildable, 2, timeout=TIMEOUT)

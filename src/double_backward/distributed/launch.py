@@ -220,12 +220,18 @@ def run_rank(workdir: str, rank: int, world_size: int) -> None:
             dist.destroy_process_group()
     except Exception as error:  # noqa: BLE001 - handed to the launcher, which re-raises it
         outcome = (False, error)
+    try:
+        data = pickle.dumps(outcome)
+        pickle.loads(
+            data
+        )  # some errors pickle but cannot be rebuilt (required arguments)
+    except Exception as error:  # noqa: BLE001 - an unpicklable result or error
+        text = (
+            f"{type(outcome[1]).__name__}: {outcome[1]}"
+            if not outcome[0]
+            else str(error)
+        )
+        data = pickle.dumps((False, RuntimeError(f"rank {rank}: {text}")))
     partial = folder / f"result-{rank}.tmp"
-    with partial.open("wb") as handle:
-        try:
-            pickle.dump(outcome, handle)
-        except Exception as error:  # noqa: BLE001 - an unpicklable result or error
-            handle.seek(0)
-            handle.truncate()
-            pickle.dump((False, RuntimeError(f"rank {rank}: {error}")), handle)
+    partial.write_bytes(data)
     partial.rename(folder / f"result-{rank}.pkl")  # complete, or absent

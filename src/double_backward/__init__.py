@@ -39,6 +39,7 @@ _EXPORTS = {
     "CubeBackward": "functions.untracked_backward",
     "check": "checker",
     "check_model": "checker.model",
+    "check_distributed": "distributed.check",
 }
 __all__ = [
     "Cube",
@@ -48,6 +49,7 @@ __all__ = [
     "SinhBad",
     "Square",
     "check",
+    "check_distributed",
     "check_model",
     "sinh",
 ]
@@ -55,6 +57,7 @@ __all__ = [
 if TYPE_CHECKING:
     from .checker import check
     from .checker.model import check_model
+    from .distributed.check import check_distributed
     from .functions.saving_inputs import Square
     from .functions.saving_intermediates import Sinh, SinhBad, sinh
     from .functions.saving_outputs import Exp

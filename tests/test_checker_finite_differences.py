@@ -189,3 +189,22 @@ def test_bad_arguments_are_refused():
         central_difference(lambda t: torch.zeros(1), dtype=torch.float64, steps=[0.0])
     with pytest.raises(TypeError, match="must return a tensor"):
         central_difference(lambda t: 1.0, dtype=torch.float64)  # type: ignore[arg-type,return-value]
+
+
+def test_a_step_leaving_the_domain_is_skipped_and_an_error_at_every_step_is_raised():
+    def inside(t):
+        if abs(t) > 2e-3:
+            raise ValueError("outside the domain")
+        return torch.tensor([t * 3.0], dtype=torch.float64)
+
+    result = central_difference(inside, dtype=torch.float64)
+    assert result.decided and result.step <= 1e-3
+    assert float(result.value) == pytest.approx(3.0)
+
+    def broken(t):
+        if t != 0:
+            raise RuntimeError("broken")
+        return torch.zeros(1, dtype=torch.float64)
+
+    with pytest.raises(RuntimeError, match="broken"):
+        central_difference(broken, dtype=torch.float64)

@@ -310,11 +310,17 @@ def _check_point(call: Call, at: tuple[torch.Tensor, ...], where: str, s: Settin
     try:
         report.results[f"order 1, {where_short}"] = evidence.first_order(call, at, s)
     except Failed as failure:
+        if failure.kind == "undecided":
+            report.results[f"order 1, {where_short}"] = "UNDECIDED"
+            return _undecided_problem(failure, where, s)
         report.results[f"order 1, {where_short}"] = "FAILED"
         return _first_order_problem(failure, where)
     try:
         report.results[f"order 2, {where_short}"] = evidence.second_order(call, at, s)
     except Failed as failure:
+        if failure.kind == "undecided":
+            report.results[f"order 2, {where_short}"] = "UNDECIDED"
+            return _undecided_problem(failure, where, s)
         report.results[f"order 2, {where_short}"] = "FAILED"
         _guarded(report, "graph", lambda: _read_failure(call, at, weights, s, found))
         return causes.cause_of_second_order_failure(failure, found, where)
@@ -332,6 +338,31 @@ def _read_failure(call: Call, at: tuple[torch.Tensor, ...], weights: list[torch.
             found.untracked_terms = causes.untracked_terms(call, at, weights, s)
     except Exception:  # noqa: BLE001 - double backward may raise: the graph rules remain
         found.untracked_terms = []
+
+
+def _undecided_problem(failure: Failed, where: str, s: Settings) -> Problem:
+    """Nothing was seen: no direction's central differences could decide, and the inputs
+    are too large for gradcheck's Jacobians. Never a pass."""
+    why = (
+        "A kink was crossed: the Function is not differentiable along these directions at "
+        "these inputs (a ReLU, abs or max whose input is exactly at its kink, a sort with "
+        "ties). " if "kink crossed" in failure.text else ""
+    )  # fmt: skip
+    if "steps disagree" in failure.text:
+        why += (
+            "The central differences disagree at every step: rounding swamps them (a part "
+            "computed in a lower precision than the check, e.g. a cast to float32) or the "
+            "function is not smooth there. "
+        )  # fmt: skip
+    if "non-finite" in failure.text:
+        why += "The Function returns NaN or inf next to these inputs. "
+    precision = "" if s.dtype == torch.float64 else "check in float64 (dtype=torch.float64), "
+    return Problem("undecided", (
+        f"could not decide at these inputs: {failure.text} {why}Nothing was verified, so "
+        f"this is not a pass. Try other inputs (away from kinks and ties), {precision}or a "
+        f"smaller size (up to {evidence.FULL_MODE_UP_TO} elements, where gradcheck's "
+        f"Jacobians decide). Seen at {where}."
+    ), "check")  # fmt: skip
 
 
 def _first_order_problem(failure: Failed, where: str) -> Problem:

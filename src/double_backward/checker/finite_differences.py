@@ -18,7 +18,8 @@ When no step passes, the result is *undecided*, with the reason: ``"kink crossed
 step crossed one: at t=0 the function has no derivative along this direction, e.g. a ReLU
 whose input is exactly 0), ``"steps disagree"`` (rounding or curvature at every scale), or
 ``"non-finite values"``. A caller draws another direction, and never counts an undecided one
-as a pass.
+as a pass. A step where ``along`` raises (a shifted point outside the function's domain) is
+skipped; if it raises at every step, its first error is raised.
 """
 
 from __future__ import annotations
@@ -121,8 +122,13 @@ def central_difference(
         return Difference(None, None, False, NON_FINITE)
     reasons = []
     kinks: list[tuple[float, float]] = []  # (step, asymmetry) where a kink was flagged
+    errors: list[Exception] = []  # raised by along(t) at a step (it worked at t = 0)
     for h in steps:
-        values = [at(t) for t in (h, -h, h / 2, -h / 2)]
+        try:
+            values = [at(t) for t in (h, -h, h / 2, -h / 2)]
+        except Exception as error:  # noqa: BLE001 - outside the domain at this step?
+            errors.append(error)
+            continue
         if not all(bool(torch.isfinite(v).all()) for v in values):
             reasons.append(
                 NON_FINITE
@@ -151,6 +157,8 @@ def central_difference(
             return Difference((4 * narrow_diff - wide_diff) / 3, h, True, "")
         if noise > tolerance * size:  # smaller steps only round more
             break
+    if errors and not reasons:  # it raised at every step: the error is the Function's
+        raise errors[0]
     if KINK in reasons and not _kink_at_zero(kinks):
         reasons = [
             DISAGREE

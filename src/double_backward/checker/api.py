@@ -314,6 +314,10 @@ def _check_point(call: Call, at: tuple[torch.Tensor, ...], where: str, s: Settin
             report.results[f"order 1, {where_short}"] = "UNDECIDED"
             return _undecided_problem(failure, where, s)
         report.results[f"order 1, {where_short}"] = "FAILED"
+        if failure.kind == "raised":
+            cleared = _guarded(report, "graph", lambda: causes.cleared_state(call, at), [])
+            if cleared:
+                return causes.clears_state_problem(cleared, f"{where}: {failure}")
         return _first_order_problem(failure, where)
     try:
         report.results[f"order 2, {where_short}"] = evidence.second_order(call, at, s)
@@ -330,6 +334,7 @@ def _check_point(call: Call, at: tuple[torch.Tensor, ...], where: str, s: Settin
 def _read_failure(call: Call, at: tuple[torch.Tensor, ...], weights: list[torch.Tensor],
                   s: Settings, found: causes.Structure) -> None:
     """What the graph and a watched backward say about a second-order failure."""  # fmt: skip
+    found.cleared_state = causes.cleared_state(call, at)
     found.not_reaching = causes.not_reaching(call, at, weights)
     try:
         causes.watch_backward(call, at, found, weights)
@@ -374,6 +379,15 @@ def _first_order_problem(failure: Failed, where: str) -> Problem:
             "how the loss is written, and double backward differentiates a map that is no "
             f"vector-Jacobian product. Seen at {seen}"
         ), "surrogate")  # fmt: skip
+    if failure.kind == "modified-incoming":
+        return Problem("modifies-incoming-gradient", (
+            "backward modified its incoming gradient in place (e.g. dY *= cos, "
+            "dY.addcmul_(...)). Autograd hands backward the caller's own tensor, and may hand "
+            "the same one to other consumers, so their gradients are silently changed; in a "
+            "gradient penalty the incoming gradient requires grad and the in-place edit "
+            "raises. Work on a new tensor (dY = dY * cos), or clone it first. "
+            f"Seen at {seen}"
+        ), "inplace")  # fmt: skip
     if failure.kind == "raised":
         return Problem("backward-raised", (
             f"the first backward raises an error, so nothing else was checked. Seen at {seen}"

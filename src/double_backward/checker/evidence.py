@@ -22,6 +22,7 @@ checks compare the derivative of *your backward* with central differences of you
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -118,13 +119,15 @@ def _run(compute: Callable[[], object], what: str) -> None:
 
 
 def first_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
-    """gradcheck (when small), linearity in the incoming gradient, signed directions."""
+    """The incoming gradient left as it was, gradcheck (when small), linearity in the
+    incoming gradient, signed directions."""
+    outs = _attempt(lambda: _outputs(call, at), "forward")
+    incoming_untouched(call, at, outs, s)
     done = []
     if s.gradcheck_mode != "none" and not s.surrogate_gradient:
         fast = s.gradcheck_mode == "fast"
         _run(lambda: gradcheck(call, at, **s.tol, fast_mode=fast), "gradcheck")
         done.append(f"gradcheck {s.gradcheck_mode}")
-    outs = _attempt(lambda: _outputs(call, at), "forward")
     linearity(call, at, outs, s)
     if s.surrogate_gradient:  # the first derivative is taken as given
         return "passed: linear in grad_out (surrogate: taken as given)"
@@ -135,6 +138,8 @@ def first_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
 def second_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
     """gradgradcheck (when small), then Hessian-vector products and mixed terms in
     directions."""
+    if not s.surrogate_gradient:
+        _attempt(lambda: finite_second_derivative(call, at, s), "double backward")
     done = []
     if s.gradcheck_mode != "none":
         fast = s.gradcheck_mode == "fast"
@@ -228,6 +233,23 @@ def _attempt(compute: Callable[[], Any], what: str) -> Any:
         raise Failed("raised", f"{what} raised", error) from error
 
 
+def incoming_untouched(call: Call, at: tuple[torch.Tensor, ...],
+                       outs: Sequence[torch.Tensor], s: Settings) -> None:  # fmt: skip
+    """One backward with a random incoming gradient, which must come out of it unchanged:
+    autograd may hand the same tensor to other consumers (and hands the caller's own tensor
+    to backward), so a backward that edits it in place corrupts gradients elsewhere, and under
+    create_graph (a penalty's incoming gradient requires grad) the edit raises."""
+    v = [_randn(o, s.generator) for o in outs]
+    kept = [w.clone() for w in v]
+    _attempt(lambda: _grad(call, at, v), "backward")
+    changed = [i for i, (w, k) in enumerate(zip(v, kept, strict=True)) if not torch.equal(w, k)]
+    if changed:
+        raise Failed("modified-incoming", (
+            f"the incoming gradient of output(s) {', '.join(map(str, changed))} was changed "
+            "by backward (compared with a copy taken before the call)."
+        ))  # fmt: skip
+
+
 def linearity(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torch.Tensor],
               s: Settings) -> None:  # fmt: skip
     """backward(a v1 + b v2) against a backward(v1) + b backward(v2), for random signed v1,
@@ -294,7 +316,9 @@ def _difference(along: Callable[[float], torch.Tensor], c: float, s: Settings,
 def _vector_error(analytic: torch.Tensor, estimate: torch.Tensor, floor: float) -> float:
     """|analytic - estimate| / max(|analytic|, |estimate|, floor): the relative error, where
     ``floor`` (a size below which a derivative is rounding) keeps a zero derivative from being
-    judged against its own rounding."""
+    judged against its own rounding. A NaN or inf in ``analytic`` is an infinite error."""
+    if not bool(torch.isfinite(analytic).all()):
+        return math.inf
     analytic = analytic.to(estimate.dtype)
     scale = max(norm([analytic]), norm([estimate]), floor)
     return norm([analytic - estimate]) / scale if scale > 0 else 0.0
@@ -355,10 +379,43 @@ def vjp_directions(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torc
                 tally.undecided.append(found.reason)
                 continue
             estimate = float(found.value)
-            tally.errors.append(abs(analytic - estimate) / max(norm(g) + abs(estimate), 1e-300))
+            error = abs(analytic - estimate) / max(norm(g) + abs(estimate), 1e-300)
+            tally.errors.append(error if math.isfinite(analytic) else math.inf)
             break
     _worst(tally, s, "the first derivative (vector-Jacobian product)")
     return tally
+
+
+NON_FINITE_SECOND = "NaN or inf in the second derivative"
+
+
+def _analytic_second(call: Call, at: tuple[torch.Tensor, ...], v: Sequence[torch.Tensor],
+                     u: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """The Hessian-vector product of vᵀf along u and the mixed term J u, by double backward
+    (an incoming gradient that requires grad, as in a gradient penalty), flat; and |g|."""
+    incoming = [w.clone().requires_grad_() for w in v]
+    leaves, g = _grad(call, at, incoming, create_graph=True)
+    with torch.enable_grad():
+        second = _second(dot(g, u), [*leaves, *incoming])
+    return _flat(second[: len(leaves)]), _flat(second[len(leaves):]), norm(g)
+
+
+def finite_second_derivative(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> None:
+    """One Hessian-vector product and mixed term, which must be finite where the outputs and
+    the first derivative are (a NaN compares as neither equal nor unequal: it is looked for)."""
+    outs = _outputs(call, at)
+    v = [_randn(o, s.generator) for o in outs]
+    u = [_randn(x, s.generator) for x in at]
+    hvp, mixed, g_size = _analytic_second(call, at, v, u)
+    if not math.isfinite(g_size):
+        return  # the first derivative is not finite: its own checks say so
+    bad = int((~torch.isfinite(hvp)).sum()) + int((~torch.isfinite(mixed)).sum())
+    if bad:
+        raise Failed("mismatch", (
+            f"{NON_FINITE_SECOND}: {bad} of {hvp.numel() + mixed.numel()} elements of a "
+            "Hessian-vector product and mixed term are NaN or inf, though the outputs and the "
+            "first derivative are finite."
+        ))  # fmt: skip
 
 
 def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> Tally:
@@ -375,13 +432,8 @@ def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> Tal
     def one() -> float | str:
         v = [_randn(o, s.generator) for o in outs]
         u = [_randn(x, s.generator) for x in at]
-        incoming = [w.clone().requires_grad_() for w in v]
-        leaves, g = _grad(call, at, incoming, create_graph=True)
-        with torch.enable_grad():
-            second = _second(dot(g, u), [*leaves, *incoming])
-        hvp, mixed = _flat(second[: len(leaves)]), _flat(second[len(leaves):])
-        g_size, f_size = norm(g), norm(outs)
-        del leaves, incoming, g, second  # free the graph before the differences
+        hvp, mixed, g_size = _analytic_second(call, at, v, u)
+        f_size = norm(outs)
         on_g = _difference(lambda t: _flat(_grad(call, _shifted(at, u, c * t), v)[1]), c, s,
                            norm([hvp]))  # fmt: skip
         if on_g.value is None:
@@ -436,6 +488,8 @@ def backward_derivative_directions(call: Call, at: tuple[torch.Tensor, ...],
         if found.value is None:
             return found.reason
         estimate = float(found.value)
+        if not math.isfinite(analytic):
+            return math.inf
         return abs(analytic - estimate) / max(norm(second) + abs(estimate), 1e-300)
 
     tries = 0

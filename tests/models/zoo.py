@@ -163,6 +163,11 @@ def t5_eager():
     return _embeds_case(_t5("eager"), 16, False)
 
 
+@case
+def t5_sdpa():
+    return _embeds_case(_t5("sdpa"), 16, True)
+
+
 def _bert(impl: str) -> nn.Module:
     torch.manual_seed(0)
     config = tf.BertConfig(
@@ -195,6 +200,7 @@ def bert_eager_with_attention_mask():
 def _gpt2(impl: str) -> nn.Module:
     torch.manual_seed(0)
     config = tf.GPT2Config(vocab_size=32, n_embd=16, n_layer=2, n_head=2, n_positions=16,
+                           bos_token_id=0, eos_token_id=0,
                            attn_implementation=impl)  # fmt: skip
     return tf.GPT2Model(config)
 
@@ -202,6 +208,11 @@ def _gpt2(impl: str) -> nn.Module:
 @case
 def gpt2_eager():
     return _embeds_case(_gpt2("eager"), 16, False)
+
+
+@case
+def gpt2_sdpa():
+    return _embeds_case(_gpt2("sdpa"), 16, True)
 
 
 def _vit(impl: str) -> nn.Module:
@@ -219,6 +230,14 @@ def hf_vit_eager():
                 (torch.randn(1, 3, 8, 8),), {"model": model})  # fmt: skip
 
 
+@case
+def hf_vit_sdpa():
+    model = _vit("sdpa")
+    return Case(lambda x: model(pixel_values=x).last_hidden_state,
+                (torch.randn(1, 3, 8, 8),), {"model": model},
+                fix="SDPBackend.MATH", fixed=math_attention)  # fmt: skip
+
+
 def _clip_vision(impl: str) -> nn.Module:
     torch.manual_seed(0)
     config = tf.CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2,
@@ -231,6 +250,27 @@ def _clip_vision(impl: str) -> nn.Module:
 def clip_vision_eager():
     model = _clip_vision("eager")
     return Case(model, (torch.randn(1, 3, 8, 8),), {"": model})
+
+
+@case
+def clip_vision_sdpa():
+    model = _clip_vision("sdpa")
+    return Case(model, (torch.randn(1, 3, 8, 8),), {"": model}, fix="SDPBackend.MATH",
+                fixed=math_attention)  # fmt: skip
+
+
+@case
+def bert_sdpa_with_attention_mask():
+    bert = _bert("sdpa")
+    mask = torch.tensor([[1, 1, 1, 0, 0]])
+    return Case(
+        bert,
+        (),
+        {"": bert},
+        fix="SDPBackend.MATH",
+        fixed=math_attention,
+        kwargs={"inputs_embeds": torch.randn(1, 5, 16), "attention_mask": mask},
+    )
 
 
 # -- torch.nn ---------------------------------------------------------------------------

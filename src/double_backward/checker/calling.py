@@ -22,7 +22,9 @@ PERTURBATION = 0.01
 
 def differentiable(value: object) -> bool:
     """A tensor whose values can be differentiated: floating point or complex."""
-    return isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex())
+    return isinstance(value, torch.Tensor) and (
+        value.is_floating_point() or value.is_complex()
+    )
 
 
 def at_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -92,7 +94,9 @@ class Call:
         return f"argument {slot}" if isinstance(slot, int) else f"keyword '{slot}'"
 
     def given(self) -> list[torch.Tensor]:
-        return [self.args[s] if isinstance(s, int) else self.kwargs[s] for s in self.slots]
+        return [
+            self.args[s] if isinstance(s, int) else self.kwargs[s] for s in self.slots
+        ]
 
     def constants(self) -> list[torch.Tensor]:
         """The tensors passed as they are (not differentiated)."""
@@ -111,7 +115,9 @@ class Call:
                 kwargs[slot] = value
         return flatten(self.fn(*args, **kwargs))
 
-    def __call__(self, *inputs: torch.Tensor, fresh: bool = False) -> tuple[torch.Tensor, ...]:
+    def __call__(
+        self, *inputs: torch.Tensor, fresh: bool = False
+    ) -> tuple[torch.Tensor, ...]:
         leaves = self.outputs(*inputs, fresh=fresh)
         return tuple(leaves[i] for i in self.kept)  # type: ignore[misc]
 
@@ -145,11 +151,15 @@ def _as_real(t: torch.Tensor) -> torch.Tensor:
 
 def norm(tensors: Sequence[torch.Tensor]) -> float:
     """The Euclidean norm of a list of tensors (complex ones as pairs of reals)."""
-    return float(sum(float(torch.linalg.vector_norm(t.detach())) ** 2 for t in tensors) ** 0.5)
+    return float(
+        sum(float(torch.linalg.vector_norm(t.detach())) ** 2 for t in tensors) ** 0.5
+    )
 
 
 def slots_of(
-    args: tuple[Any, ...], kwargs: dict[str, Any], wrt: Sequence[int | str] | int | str | None
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    wrt: Sequence[int | str] | int | str | None,
 ) -> list[int | str]:
     """Positions and names of the arguments to differentiate (``wrt``, or every float one)."""
     floating: list[int | str] = [i for i, a in enumerate(args) if differentiable(a)]

@@ -24,7 +24,9 @@ class UsageError(Exception):
     """A command-line argument that cannot be used (exit status 2)."""
 
 
-def _load(target: str, what: str = "module:Function, e.g. double_backward:Square") -> Any:
+def _load(
+    target: str, what: str = "module:Function, e.g. double_backward:Square"
+) -> Any:
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
         raise UsageError(f"expected {what}, got {target!r}")
@@ -63,7 +65,9 @@ def _range(text: str) -> tuple[float, float]:
             f"a range is two numbers low,high, e.g. -1,1, got {text!r}"
         ) from error
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
-        raise argparse.ArgumentTypeError(f"a range needs finite low < high, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"a range needs finite low < high, got {text!r}"
+        )
     return low, high
 
 
@@ -79,7 +83,9 @@ def _literal(text: str) -> Any:
 
 def _int_tensor(text: str) -> torch.Tensor:
     try:
-        return torch.tensor([int(v) for v in text.split(",") if v.strip()], dtype=torch.int64)
+        return torch.tensor(
+            [int(v) for v in text.split(",") if v.strip()], dtype=torch.int64
+        )
     except ValueError as error:
         raise argparse.ArgumentTypeError(
             f"an integer tensor is integers separated by commas, e.g. 0,2,1, got {text!r}"
@@ -89,15 +95,23 @@ def _int_tensor(text: str) -> torch.Tensor:
 def _keyword(text: str) -> tuple[str, Any]:
     name, equals, value = text.partition("=")
     if not equals or not name.isidentifier():
-        raise argparse.ArgumentTypeError(f"a keyword argument is NAME=VALUE, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"a keyword argument is NAME=VALUE, got {text!r}"
+        )
     return name, _literal(value)
 
 
 DOMAINS = {
     "real": lambda shape, g: torch.randn(shape, generator=g, dtype=torch.float64),
-    "positive": lambda shape, g: torch.rand(shape, generator=g, dtype=torch.float64) * 2 + 0.1,
-    "negative": lambda shape, g: -(torch.rand(shape, generator=g, dtype=torch.float64) * 2 + 0.1),
-    "unit": lambda shape, g: torch.rand(shape, generator=g, dtype=torch.float64) * 1.8 - 0.9,
+    "positive": lambda shape, g: (
+        torch.rand(shape, generator=g, dtype=torch.float64) * 2 + 0.1
+    ),
+    "negative": lambda shape, g: (
+        -(torch.rand(shape, generator=g, dtype=torch.float64) * 2 + 0.1)
+    ),
+    "unit": lambda shape, g: (
+        torch.rand(shape, generator=g, dtype=torch.float64) * 1.8 - 0.9
+    ),
     "complex": lambda shape, g: torch.randn(shape, generator=g, dtype=torch.complex128),
 }
 
@@ -143,7 +157,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="random signed directions per check (default 3)")  # fmt: skip
     parser.add_argument("--full", action="store_true",
                         help="gradcheck's full mode even for large inputs (slow)")  # fmt: skip
-    parser.add_argument("--third-order", action="store_true", help="also check order three")
+    parser.add_argument(
+        "--third-order", action="store_true", help="also check order three"
+    )
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the random inputs and directions (the checker's, not "
                         "the Function's: use --kwarg seed=N for that)")  # fmt: skip

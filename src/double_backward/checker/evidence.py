@@ -69,7 +69,9 @@ class Failed(Exception):
 def message(error: BaseException, limit: int = 300) -> str:
     """The error's type and its message (first lines), enough to recognise and search it."""
     text = str(error).strip()
-    if isinstance(error, GradcheckError):  # keep the sentence, not the Jacobians it prints
+    if isinstance(
+        error, GradcheckError
+    ):  # keep the sentence, not the Jacobians it prints
         text = text.split(",\nnumerical")[0].split("\n")[0]
     text = " ".join(text.split())
     if len(text) > limit:
@@ -132,7 +134,9 @@ def first_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
     if s.surrogate_gradient:  # the first derivative is taken as given
         return "passed: linear in grad_out (surrogate: taken as given)"
     tally = vjp_directions(call, at, outs, s)
-    return "passed: " + ", ".join([*done, "linear", _decided_text(tally, s.directions, "VJPs")])
+    return "passed: " + ", ".join(
+        [*done, "linear", _decided_text(tally, s.directions, "VJPs")]
+    )
 
 
 def second_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
@@ -170,7 +174,9 @@ def _randn(like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 def _direction_scale(at: Sequence[torch.Tensor]) -> float:
     """The scale of a direction: t = 1 moves the inputs by about their own magnitude (at
     least 1), so the steps of :func:`central_difference` are relative."""
-    return max(1.0, *(float(x.detach().abs().pow(2).mean()) ** 0.5 for x in at if x.numel()))
+    return max(
+        1.0, *(float(x.detach().abs().pow(2).mean()) ** 0.5 for x in at if x.numel())
+    )
 
 
 def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -179,7 +185,9 @@ def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
              for t in tensors]  # fmt: skip
     if not parts:
         return torch.zeros(0, dtype=torch.float64)
-    return torch.cat([p.to(torch.promote_types(p.dtype, parts[0].dtype)) for p in parts])
+    return torch.cat(
+        [p.to(torch.promote_types(p.dtype, parts[0].dtype)) for p in parts]
+    )
 
 
 def _leaves(at: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
@@ -215,7 +223,9 @@ def _grad(
     return leaves, grads
 
 
-def _second(total: torch.Tensor, wrt: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+def _second(
+    total: torch.Tensor, wrt: Sequence[torch.Tensor]
+) -> tuple[torch.Tensor, ...]:
     """The gradient of ``total`` (built with create_graph) with respect to ``wrt``."""
     if not total.requires_grad:  # no graph at all: every second derivative is zero
         return tuple(torch.zeros_like(w) for w in wrt)
@@ -242,7 +252,9 @@ def incoming_untouched(call: Call, at: tuple[torch.Tensor, ...],
     v = [_randn(o, s.generator) for o in outs]
     kept = [w.clone() for w in v]
     _attempt(lambda: _grad(call, at, v), "backward")
-    changed = [i for i, (w, k) in enumerate(zip(v, kept, strict=True)) if not torch.equal(w, k)]
+    changed = [
+        i for i, (w, k) in enumerate(zip(v, kept, strict=True)) if not torch.equal(w, k)
+    ]
     if changed:
         raise Failed("modified-incoming", (
             f"the incoming gradient of output(s) {', '.join(map(str, changed))} was changed "
@@ -300,7 +312,10 @@ class Tally:
     undecided: list[str] = dataclasses.field(default_factory=list)
 
     def why(self) -> str:
-        counts = {reason: self.undecided.count(reason) for reason in dict.fromkeys(self.undecided)}
+        counts = {
+            reason: self.undecided.count(reason)
+            for reason in dict.fromkeys(self.undecided)
+        }
         return ", ".join(f"{reason} in {count}" for reason, count in counts.items())
 
 
@@ -313,7 +328,9 @@ def _difference(along: Callable[[float], torch.Tensor], c: float, s: Settings,
     return dataclasses.replace(found, value=found.value / c)
 
 
-def _vector_error(analytic: torch.Tensor, estimate: torch.Tensor, floor: float) -> float:
+def _vector_error(
+    analytic: torch.Tensor, estimate: torch.Tensor, floor: float
+) -> float:
     """|analytic - estimate| / max(|analytic|, |estimate|, floor): the relative error, where
     ``floor`` (a size below which a derivative is rounding) keeps a zero derivative from being
     judged against its own rounding. A NaN or inf in ``analytic`` is an infinite error."""
@@ -349,7 +366,7 @@ def _worst(tally: Tally, s: Settings, what: str) -> float:
 
 
 def _decided_text(tally: Tally, wanted: int, what: str) -> str:
-    """"2 HVPs + mixed (error < 1e-8)", or how many decided, and why the others did not."""
+    """ "2 HVPs + mixed (error < 1e-8)", or how many decided, and why the others did not."""
     if len(tally.errors) >= wanted and not tally.undecided:
         return f"{wanted} {what} ({_error_text(max(tally.errors))})"
     if not tally.errors:
@@ -358,8 +375,9 @@ def _decided_text(tally: Tally, wanted: int, what: str) -> str:
             f"{len(tally.undecided)} undecided: {tally.why()})")  # fmt: skip
 
 
-def vjp_directions(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torch.Tensor],
-                   s: Settings) -> Tally:
+def vjp_directions(
+    call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torch.Tensor], s: Settings
+) -> Tally:
     """uᵀ(Jᵀv) from backward against the central difference of vᵀf along u, for random
     signed v and u (u drawn again, up to three times, where no step decides)."""  # fmt: skip
     c = _direction_scale(at)
@@ -374,7 +392,9 @@ def vjp_directions(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torc
             def along(t: float, u: list = u, v: list = v) -> torch.Tensor:
                 return dot(v, _outputs(call, _shifted(at, u, c * t), fresh=True))
 
-            found = _attempt(lambda along=along, g=g: _difference(along, c, s, norm(g)), "forward")
+            found = _attempt(
+                lambda along=along, g=g: _difference(along, c, s, norm(g)), "forward"
+            )
             if found.value is None:
                 tally.undecided.append(found.reason)
                 continue
@@ -389,18 +409,24 @@ def vjp_directions(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torc
 NON_FINITE_SECOND = "NaN or inf in the second derivative"
 
 
-def _analytic_second(call: Call, at: tuple[torch.Tensor, ...], v: Sequence[torch.Tensor],
-                     u: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, float]:
+def _analytic_second(
+    call: Call,
+    at: tuple[torch.Tensor, ...],
+    v: Sequence[torch.Tensor],
+    u: Sequence[torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor, float]:
     """The Hessian-vector product of vᵀf along u and the mixed term J u, by double backward
     (an incoming gradient that requires grad, as in a gradient penalty), flat; and |g|."""
     incoming = [w.clone().requires_grad_() for w in v]
     leaves, g = _grad(call, at, incoming, create_graph=True)
     with torch.enable_grad():
         second = _second(dot(g, u), [*leaves, *incoming])
-    return _flat(second[: len(leaves)]), _flat(second[len(leaves):]), norm(g)
+    return _flat(second[: len(leaves)]), _flat(second[len(leaves) :]), norm(g)
 
 
-def finite_second_derivative(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> None:
+def finite_second_derivative(
+    call: Call, at: tuple[torch.Tensor, ...], s: Settings
+) -> None:
     """One Hessian-vector product and mixed term, which must be finite where the outputs and
     the first derivative are (a NaN compares as neither equal nor unequal: it is looked for)."""
     outs = _outputs(call, at)
@@ -461,8 +487,9 @@ def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> Tal
     return tally
 
 
-def backward_derivative_directions(call: Call, at: tuple[torch.Tensor, ...],
-                                   s: Settings) -> Tally:
+def backward_derivative_directions(
+    call: Call, at: tuple[torch.Tensor, ...], s: Settings
+) -> Tally:
     """Surrogate gradients: the derivative of uᵀg(x, v), g your backward, in a random
     direction (p, q) of (x, v), against central differences of your backward."""  # fmt: skip
     outs = _attempt(lambda: _outputs(call, at), "forward")
@@ -513,8 +540,12 @@ def _short(error: BaseException) -> str:
     return text.split(". ")[0]
 
 
-def jvp_agreement(call: Call, inputs: tuple[torch.Tensor, ...],
-                  weights: list[torch.Tensor], s: Settings) -> str:
+def jvp_agreement(
+    call: Call,
+    inputs: tuple[torch.Tensor, ...],
+    weights: list[torch.Tensor],
+    s: Settings,
+) -> str:
     """The first derivative by forward mode against reverse mode: wᵀ(J t) from a jvp against
     (wᵀJ) t from backward, for random w and t."""  # fmt: skip
     detached = tuple(x.detach() for x in inputs)
@@ -526,11 +557,19 @@ def jvp_agreement(call: Call, inputs: tuple[torch.Tensor, ...],
     _, grads = _grad(call, inputs, weights)
     forward, reverse = float(dot(weights, jvps)), float(dot(grads, tangents))
     scale = norm(grads) + abs(reverse)
-    return "agree" if abs(forward - reverse) <= s.tol["rtol"] * scale + 1e-12 else "DISAGREE"
+    return (
+        "agree"
+        if abs(forward - reverse) <= s.tol["rtol"] * scale + 1e-12
+        else "DISAGREE"
+    )
 
 
-def hvp_agreement(call: Call, inputs: tuple[torch.Tensor, ...],
-                  weights: list[torch.Tensor], s: Settings) -> str:
+def hvp_agreement(
+    call: Call,
+    inputs: tuple[torch.Tensor, ...],
+    weights: list[torch.Tensor],
+    s: Settings,
+) -> str:
     """Forward-over-reverse against reverse-over-reverse Hessian-vector products."""
     scalar = call.scalar(weights)
     vectors = tuple(_randn(x, s.generator) for x in inputs)
@@ -568,8 +607,12 @@ def first_derivative(call: Call, weights: list[torch.Tensor]) -> Callable[..., A
     return first
 
 
-def third_order(call: Call, inputs: tuple[torch.Tensor, ...], weights: list[torch.Tensor],
-                s: Settings) -> str:
+def third_order(
+    call: Call,
+    inputs: tuple[torch.Tensor, ...],
+    weights: list[torch.Tensor],
+    s: Settings,
+) -> str:
     """gradgradcheck of the first derivative: the third derivative against finite
     differences."""  # fmt: skip
     first = first_derivative(call, weights)
@@ -579,13 +622,21 @@ def third_order(call: Call, inputs: tuple[torch.Tensor, ...], weights: list[torc
     if s.gradcheck_mode == "none":
         return "skipped (too many elements for gradgradcheck's Jacobians)"
     fast = s.gradcheck_mode == "fast"
-    _run(lambda: gradgradcheck(first, inputs, **s.tol, fast_mode=fast,
-                               check_undefined_grad=False), "gradgradcheck of the gradient")
+    _run(
+        lambda: gradgradcheck(
+            first, inputs, **s.tol, fast_mode=fast, check_undefined_grad=False
+        ),
+        "gradgradcheck of the gradient",
+    )
     return "passed"
 
 
-def torch_func_support(call: Call, inputs: tuple[torch.Tensor, ...],
-                       weights: list[torch.Tensor], s: Settings) -> dict[str, str]:
+def torch_func_support(
+    call: Call,
+    inputs: tuple[torch.Tensor, ...],
+    weights: list[torch.Tensor],
+    s: Settings,
+) -> dict[str, str]:
     """Which torch.func transforms work (each linear in the input size)."""
     detached = tuple(x.detach() for x in inputs)
     scalar = call.scalar(weights)
@@ -612,9 +663,9 @@ def torch_func_support(call: Call, inputs: tuple[torch.Tensor, ...],
     return results
 
 
-
-def wrong_second_derivatives(call: Call, at: tuple[torch.Tensor, ...],
-                             s: Settings) -> list[tuple[int, int]]:
+def wrong_second_derivatives(
+    call: Call, at: tuple[torch.Tensor, ...], s: Settings
+) -> list[tuple[int, int]]:
     """Which blocks of the second derivative are wrong: pairs (j, i) where the derivative of
     the gradient with respect to input j, with respect to input i, disagrees with central
     differences (or where no step decides it). Run after a failure, to say where it is (one
@@ -637,8 +688,10 @@ def wrong_second_derivatives(call: Call, at: tuple[torch.Tensor, ...],
                 lambda t, i=i, u=u: _flat([_grad(call, _shifted(at, u, c * t), v)[1][i]]), c, s,
                 norm([second[i]]),
             )  # fmt: skip
-            if found.value is None or _vector_error(
-                _flat([second[i]]), found.value, rounding * g_size / c
-            ) > s.rtol:
+            if (
+                found.value is None
+                or _vector_error(_flat([second[i]]), found.value, rounding * g_size / c)
+                > s.rtol
+            ):
                 wrong.append((j, i))
     return wrong

@@ -46,6 +46,7 @@ from .model_calls import (
     Cast,
     State,
     closed_modules,
+    closed_tensors,
     describe_counts,
     map_tensors,
     recording,
@@ -164,11 +165,15 @@ def check_model(
     kwargs = dict(kwargs or {})
     loose = list(parameters) if parameters is not None else []
     modules = {} if isinstance(model, nn.Module) else closed_modules(model)
+    closed = {} if isinstance(model, nn.Module) else closed_tensors(model)
+    owned = {id(p) for m in modules.values() for p in [*m.parameters(), *m.buffers()]}
+    closed = {name: t for name, t in closed.items() if id(t) not in owned}
+    loose += [t for t in closed.values() if all(t is not p for p in loose)]
     report = ModelReport(_model_name(model), penalty=PENALTIES[wrt])
     given = tensors((inputs, kwargs))
     floats = [t for t in given if t.is_floating_point()]
     chosen = [t for t in floats if t.requires_grad] or floats
-    _note_skipped(report, model, modules, given, chosen, inputs, loose)
+    _note_skipped(report, model, modules, closed, given, chosen, inputs, loose)
     device = (given or [p for m in modules.values() for p in m.parameters()] or
               (list(model.parameters()) if isinstance(model, nn.Module) else []) or
               [torch.empty(0, device="cpu")])[0].device  # fmt: skip
@@ -222,8 +227,9 @@ def check_model(
                 if p.requires_grad and p.is_floating_point()
             ]
             return Target(
-                module, args, kw, leaves, own, wrt, whole.state, device, second
-            )
+                module, args, kw, leaves, own, wrt, whole.state, device, second,
+                squared=True,
+            )  # fmt: skip
 
         report.breaks.extend(locate(calls, outcome, whole, make, second, dtype))
     finally:
@@ -283,6 +289,18 @@ def _run(model, modules, loose, inputs, kwargs, chosen, wrt, device, report, *, 
                         f"gradient, {outcome.checked}"
                     )
         except NotDifferentiable as error:
+            if wide and "calling the model raised" in str(error):
+                raise ValueError(
+                    "check_model: in float64 (the copy it compares with finite "
+                    f"differences), {error}: "
+                    + (
+                        "the model does not run in float64 (a tensor it makes in float32?)"
+                        if isinstance(model, nn.Module)
+                        else "the callable uses a tensor in another dtype that is not "
+                        "among the modules and tensors it closes over: pass it in "
+                        "parameters=[...]"
+                    )
+                ) from error
             raise ValueError(
                 f"check_model: {error}{_what_to_pass(model, wrt)}"
             ) from error
@@ -319,7 +337,7 @@ def _note_precision(report: ModelReport, target: Target, dtype: torch.dtype) -> 
         report.checked.append("in float64 throughout")
 
 
-def _note_skipped(report, model, modules, given, chosen, inputs, loose) -> None:
+def _note_skipped(report, model, modules, closed, given, chosen, inputs, loose) -> None:
     others = [t for t in given if not t.is_floating_point()]
     if others:
         report.skipped.append(
@@ -341,11 +359,12 @@ def _note_skipped(report, model, modules, given, chosen, inputs, loose) -> None:
         owners = {"": model}
     else:
         owners = modules
-        if modules:
+        if modules or closed:
             report.checked.append(
-                "the parameters of the modules the callable uses: "
+                "the parameters of the modules and tensors the callable closes over: "
                 + ", ".join(
-                    f"{name} ({type(m).__name__})" for name, m in modules.items()
+                    [f"{name} ({type(m).__name__})" for name, m in modules.items()]
+                    + [f"{name} (tensor)" for name in closed]
                 )
             )
         elif not loose:

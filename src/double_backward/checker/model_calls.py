@@ -215,6 +215,29 @@ def closed_modules(fn: Any) -> dict[str, nn.Module]:
     return unique
 
 
+def closed_tensors(fn: Any) -> dict[str, torch.Tensor]:
+    """The floating-point tensors a callable closes over (cells and defaults), by name."""
+    function = getattr(fn, "__func__", fn)
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return {}
+    found: dict[str, torch.Tensor] = {}
+    cells = getattr(function, "__closure__", None) or ()
+    for name, cell in zip(code.co_freevars, cells, strict=False):
+        try:
+            item = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(item, torch.Tensor) and item.is_floating_point():
+            found[name] = item
+    names = code.co_varnames[: code.co_argcount]
+    defaults = getattr(function, "__defaults__", None) or ()
+    for name, item in zip(names[len(names) - len(defaults) :], defaults, strict=True):
+        if isinstance(item, torch.Tensor) and item.is_floating_point():
+            found[name] = item
+    return found
+
+
 # -- state -------------------------------------------------------------------------------
 class State:
     """The buffers of ``modules``, saved now and put back by :meth:`restore`."""

@@ -68,6 +68,7 @@ class Target:
         state: State,
         device: torch.device,
         widen: bool = False,
+        squared: bool = False,
     ) -> None:
         self.fn, self.args, self.kwargs = fn, args, kwargs
         self.inputs, self.parameters, self.wrt = inputs, parameters, wrt
@@ -78,6 +79,10 @@ class Target:
         )
         self.second = parameters if wrt == "parameters" else [*inputs, *parameters]
         self.weights: list[torch.Tensor] | None = None
+        # A submodule alone: its outputs' squares are added to the loss, so that its backward
+        # is differentiated as after the nonlinear layers that follow it in the model (a
+        # linear op's backward is otherwise never differentiated with respect to its input).
+        self.squared = squared
 
     def outputs(self) -> list[torch.Tensor]:
         """The floating outputs that require grad, from one call."""
@@ -107,13 +112,14 @@ class Target:
         if self.weights is None:
             generator = torch.Generator(device="cpu").manual_seed(1)
             self.weights = [
-                torch.randn(t.shape, generator=generator, dtype=torch.float64).to(
-                    device=t.device, dtype=t.dtype
-                )
+                torch.randn(
+                    t.shape, generator=generator, dtype=torch.float64, device="cpu"
+                ).to(device=t.device, dtype=t.dtype)
                 for t in outputs
             ]
         return sum(  # type: ignore[return-value]
-            (w * t).sum() for w, t in zip(self.weights, outputs, strict=True)
+            (w * t).sum() + ((t * t).sum() / 2 if self.squared else 0)
+            for w, t in zip(self.weights, outputs, strict=True)
         )
 
     def gradient(self, create_graph: bool) -> list[torch.Tensor]:

@@ -241,3 +241,169 @@ def test_fixes_are_looked_up_by_module_type():
     op = "aten::_scaled_dot_product_flash_attention_for_cpu"
     assert "need_weights=True" in fix_for(op, nn.MultiheadAttention(4, 2))
     assert "need_weights=True" not in fix_for(op, nn.Linear(2, 2))
+
+
+# -- what the helpers find ------------------------------------------------------------------
+def test_partials_keyword_defaults_globals_and_nested_modules_are_found():
+    import functools
+
+    outer = nn.Sequential(nn.Linear(2, 2))
+    inner = outer[0]
+
+    def apply(x, layer):
+        return layer(x)
+
+    assert closed_modules(functools.partial(apply, layer=outer)) == {"layer": outer}
+    assert closed_modules(functools.partial(apply, torch.zeros(1), outer)) == {
+        "args[1]": outer
+    }
+
+    def keyword_default(x, *, layer=inner):
+        return outer(layer(x))
+
+    assert closed_modules(keyword_default) == {"outer": outer}  # inner is inside outer
+    assert closed_modules(uses_a_global) == {"GLOBAL_LAYER": GLOBAL_LAYER}
+    assert closed_modules(print) == {}
+
+    def empty_cell(x):
+        return later(x)
+
+    assert closed_modules(empty_cell) == {}
+    later = inner  # noqa: F841 - the cell is filled after the lookup above
+
+
+GLOBAL_LAYER = nn.Linear(2, 2)
+
+
+def uses_a_global(x):
+    return GLOBAL_LAYER(x)
+
+
+def test_a_module_at_top_level_used_by_a_function_is_checked_and_put_back():
+    report = check_model(uses_a_global, torch.randn(3, 2), wrt="both")
+    assert report.ok, str(report)
+    assert GLOBAL_LAYER.weight.dtype == torch.float32
+
+
+def test_named_tuples_and_objects_inside_containers_are_copied():
+    from collections import namedtuple
+
+    class Holder:
+        def __init__(self):
+            self.value = torch.ones(2, requires_grad=True) * 1
+
+    Pair = namedtuple("Pair", "a b")
+    x = torch.randn(2, requires_grad=True) * 1
+    kept = snapshot({"pair": Pair(x, 3), "held": [Holder()], "plain": "text"})
+    assert (
+        isinstance(kept["pair"], Pair)
+        and kept["pair"].a.is_leaf
+        and kept["pair"].b == 3
+    )
+    assert not kept["held"][0].value.requires_grad and kept["plain"] == "text"
+    slotted = snapshot((object(),))  # an object without __dict__: kept as it is
+    assert type(slotted[0]) is object
+
+
+def test_widening_covers_half_to_other_and_type():
+    from double_backward.checker.model_calls import Widen
+
+    x = torch.randn(3, dtype=torch.float64)
+    other = torch.randn(1, dtype=torch.float32)
+    with Widen() as widen:
+        results = [x.half(), x.to(other), x.type(torch.float32), x.to(torch.float16)]
+    assert all(r.dtype == torch.float64 for r in results)
+    assert set(widen.widened) == {"half", "to", "type"}
+
+
+class Stateful(nn.Module):
+    """A module keeping a non-leaf tensor as an attribute after a forward: no deepcopy."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(2, 2)
+
+    def forward(self, x):
+        self.last = self.linear(x)
+        return torch.tanh(self.last)
+
+
+def test_a_model_that_cannot_be_copied_is_told_to_pass_a_callable():
+    model = Stateful()
+    model(torch.randn(1, 2, requires_grad=True))
+    with pytest.raises(ValueError, match="pass a callable over it"):
+        check_model(model, torch.randn(3, 2))
+    assert check_model(lambda t: model(t), torch.randn(3, 2)).ok
+
+
+class RefusesCreateGraph(torch.autograd.Function):
+    """A backward that raises when asked for a graph (grad mode on): no ATen op named."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x**3
+
+    @staticmethod
+    def backward(ctx, grad):
+        if torch.is_grad_enabled():
+            raise RuntimeError("this backward cannot be differentiated")
+        (x,) = ctx.saved_tensors
+        return grad * 3 * x**2
+
+
+class ConstantSlope(torch.autograd.Function):
+    """x³ whose backward uses x² as data (detached): wrong second derivative, no error."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x**3
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * 3 * x.detach() ** 2
+
+
+class Wrap(nn.Module):
+    def __init__(self, function):
+        super().__init__()
+        self.function, self.linear = function, nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.function.apply(self.linear(x)) + torch.sin(x)
+
+
+def test_an_error_naming_no_op_and_a_custom_function_are_named():
+    torch.manual_seed(0)
+    model = nn.Sequential(Wrap(RefusesCreateGraph), nn.Linear(3, 1))
+    x = torch.randn(2, 3)
+    x_ = x.clone().requires_grad_()
+    with pytest.raises(RuntimeError, match="cannot be differentiated"):  # plain torch
+        torch.autograd.grad(model(x_).sum(), x_, create_graph=True)
+    (found,) = check_model(model, x).breaks
+    assert (found.module, found.kind) == ("0", "raises")
+    assert found.op == "RefusesCreateGraph"  # the custom Function in its graph
+    torch.manual_seed(0)
+    (found,) = check_model(
+        nn.Sequential(Wrap(ConstantSlope), nn.Linear(3, 1)), x
+    ).breaks
+    assert (found.module, found.op, found.kind) == ("0", "ConstantSlope", "silent")
+    assert "double_backward.check" in found.fix
+
+
+def test_an_error_with_no_op_and_no_function_says_to_read_it():
+    from double_backward.checker.model_locate import name_break
+    from double_backward.checker.model_penalty import NotDifferentiable, Outcome
+
+    class Failing:  # a target whose call fails: no graph to read
+        def outputs(self):
+            raise NotDifferentiable("no output")
+
+    raised = name_break(
+        "m", Outcome("raises", "RuntimeError: freed"), Failing(), nn.Tanh(), ""
+    )
+    assert raised.op == "Tanh's second derivative" and "read its message" in raised.fix
+    silent = name_break("", Outcome("silent", "differs"), Failing(), None, "")
+    assert silent.op == "the callable's second derivative" and "in-place" in silent.fix

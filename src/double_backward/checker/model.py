@@ -26,22 +26,23 @@ masks keep their ``requires_grad``, caches are copied), and each submodule is ch
 way on them. A break is reported in the innermost submodules that break on their own, by their
 dotted path (``layers.1.self_attn``; ``""`` is the model itself), with what was found there.
 
-The module is laid out by role: :mod:`.model_calls` (calling the model the same way every
-time, recording its submodules' calls), :mod:`.model_penalty` (the penalty and the
-second-derivative comparison), :mod:`.model_locate` (where, and what), :mod:`.model_report`
-(the report) and :mod:`.fixes` (:data:`FIXES`). torch only.
+The module is laid out by role: ``model_calls`` (calling the model the same way every
+time, recording its submodules' calls), ``model_penalty`` (the penalty and the
+second-derivative comparison), ``model_locate`` (where, and what), ``model_report``
+(the report) and ``fixes`` (``FIXES``). torch only.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from .fixes import BUILTINS_PAGE, BUILTINS_TABLE, FIXES, fix_for
+from .fixes import BUILTINS_PAGE, BUILTINS_TABLE, fix_for
+from .fixes import FIXES as _FIXES
 from .model_calls import (
     Cast,
     State,
@@ -55,6 +56,12 @@ from .model_calls import (
 from .model_locate import locate
 from .model_penalty import PENALTIES, WRT, NotDifferentiable, Outcome, Target, check
 from .model_report import Break, ModelReport
+
+#: The fix for each built-in whose double backward raises, keyed by the ATen operator an error
+#: names (its ``_backward`` stripped), by the op's OpInfo name, or by ``nn.<module type>``
+#: (defined in ``double_backward.checker.fixes``). The built-ins table on the site and
+#: :func:`~double_backward.check_model` both read it.
+FIXES = _FIXES
 
 _UNDECIDED_ADVICE = (
     "try other inputs (a point where no ReLU, max or sort input sits exactly on a tie or at "
@@ -146,7 +153,7 @@ def check_model(
     *inputs: Any,
     kwargs: Mapping[str, Any] | None = None,
     wrt: str = "inputs",
-    parameters: Iterable[torch.Tensor] | None = None,
+    parameters: Sequence[torch.Tensor] | None = None,
 ) -> ModelReport:
     """Check that a gradient penalty works through ``model(*inputs, **kwargs)``, and where it
     breaks.
@@ -162,7 +169,21 @@ def check_model(
     place for the float64 check and put back exactly.
     """
     _validate(model, kwargs, wrt, parameters)
-    kwargs = dict(kwargs or {})
+    try:
+        return _check_model(model, inputs, dict(kwargs or {}), wrt, parameters)
+    except (
+        NotDifferentiable
+    ) as error:  # found late (locating): said as the user's error
+        raise ValueError(f"check_model: {error}{_what_to_pass(model, wrt)}") from error
+
+
+def _check_model(
+    model: Callable[..., Any],
+    inputs: tuple,
+    kwargs: dict[str, Any],
+    wrt: str,
+    parameters: Sequence[torch.Tensor] | None,
+) -> ModelReport:
     loose = list(parameters) if parameters is not None else []
     modules = {} if isinstance(model, nn.Module) else closed_modules(model)
     closed = {} if isinstance(model, nn.Module) else closed_tensors(model)

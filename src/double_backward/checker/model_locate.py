@@ -12,7 +12,7 @@ from torch import nn
 
 from .causes import custom_nodes, is_once_differentiable
 from .fixes import FAILURES_PAGE, HIGHER_ORDERS_PAGE, fix_for
-from .model_calls import Call, describe_counts
+from .model_calls import Call
 from .model_penalty import NotDifferentiable, Outcome, Target, check
 from .model_report import SEEN_IN_BOTH, SEEN_IN_MODEL, Break
 
@@ -97,14 +97,6 @@ def name_break(
             name, "spectral norm's power iteration", kind, message, _POWER_ITERATION_FIX,
             seen,
         )  # fmt: skip
-    if target.widen is not None and target.widen.islands:
-        op = f"float32 computation ({describe_counts(target.widen.islands)})"
-        fix = (
-            "it computes in float32 inside a float64 check, through an op that is not a "
-            "cast: run it in float64 (or give the op a float64 path) to compare its second "
-            "derivative"
-        )
-        return Break(name, op, kind, message, fix, seen)
     what = type(module).__name__ if module is not None else "the callable"
     op = f"{what}'s second derivative"
     fix = (

@@ -237,9 +237,15 @@ def second_derivative(target: Target, dtype: torch.dtype) -> Outcome:
                         leaf.sub_(t * d)
             return torch.cat([g.detach().reshape(-1).to(torch.float64) for g in grads])
 
-        difference = central_difference(
-            along, dtype=dtype, steps=STEPS_FLOAT64 if dtype == torch.float64 else None
-        )
+        try:
+            difference = central_difference(
+                along,
+                dtype=dtype,
+                steps=STEPS_FLOAT64 if dtype == torch.float64 else None,
+            )
+        except (RuntimeError, NotDifferentiable) as error:  # at every shifted point
+            reasons.append(f"along {name}: the gradient raised {first_line(error)}")
+            continue
         if not difference.decided or difference.value is None:
             reasons.append(f"along {name}: {difference.reason}")
             continue
@@ -247,10 +253,9 @@ def second_derivative(target: Target, dtype: torch.dtype) -> Outcome:
         numeric = float((torch.cat([w.reshape(-1) for w in u]).to(jv) * jv).sum())
         scale = max(float(torch.linalg.vector_norm(jv)), abs(analytic), 1e-30)
         error = abs(analytic - numeric) / scale
-        checked = (
-            f"along {name} (step {difference.step:.0e}): relative error {error:.1e}, "
-            f"tolerance {tolerance:.0e}"
-        )
+        # No error or step printed for a pass: rounding noise would flip their digits
+        # between machines, and the verdict is the tolerance.
+        checked = f"along {name}: agrees within the relative tolerance {tolerance:.0e}"
         if error > tolerance:
             return Outcome(
                 "silent",

@@ -407,3 +407,57 @@ def test_an_error_with_no_op_and_no_function_says_to_read_it():
     assert raised.op == "Tanh's second derivative" and "read its message" in raised.fix
     silent = name_break("", Outcome("silent", "differs"), Failing(), None, "")
     assert silent.op == "the callable's second derivative" and "in-place" in silent.fix
+
+
+def _r1_second_derivative_error(layer: nn.Module, x: torch.Tensor) -> float:
+    """Plain torch, float64: uᵀ J v of R1's input gradient by autograd against central
+    differences (step 1e-5) along v over the input and the parameters, buffers restored
+    before every call."""
+    saved = [b.clone() for b in layer.buffers()]
+    x = x.double().requires_grad_()
+    leaves = [x, *layer.parameters()]
+    generator = torch.Generator().manual_seed(0)
+    v = [torch.randn(t.shape, generator=generator, dtype=torch.float64) for t in leaves]
+    u = torch.randn(2, 4, generator=generator, dtype=torch.float64)
+
+    def input_gradient(create_graph):
+        with torch.no_grad():
+            for buffer, value in zip(layer.buffers(), saved, strict=True):
+                buffer.copy_(value)
+        return torch.autograd.grad((layer(x) * u).sum(), x, create_graph=create_graph)[
+            0
+        ]
+
+    w = torch.ones(2, 3, dtype=torch.float64)
+    jt_u = torch.autograd.grad(
+        (input_gradient(True) * w).sum(), leaves, allow_unused=True
+    )
+    analytic = sum(
+        float((a * b).sum()) for a, b in zip(jt_u, v, strict=True) if a is not None
+    )
+
+    def moved(t):
+        with torch.no_grad():
+            for leaf, d in zip(leaves, v, strict=True):
+                leaf.add_(t * d)
+        out = input_gradient(False)
+        with torch.no_grad():
+            for leaf, d in zip(leaves, v, strict=True):
+                leaf.sub_(t * d)
+        return out
+
+    numeric = float((((moved(1e-5) - moved(-1e-5)) / 2e-5) * w).sum())
+    return abs(analytic - numeric) / max(abs(analytic), abs(numeric))
+
+
+def test_spectral_norm_training_is_named_its_power_iteration():
+    torch.manual_seed(0)
+    layer = nn.utils.spectral_norm(nn.Linear(3, 4)).double()
+    assert _r1_second_derivative_error(layer, torch.randn(2, 3)) > 1e-3  # plain torch
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.utils.spectral_norm(nn.Linear(3, 4)), nn.Tanh())
+    report = check_model(model, torch.randn(2, 3))
+    assert [(b.module, b.op, b.kind) for b in report.breaks] == [
+        ("0", "spectral norm's power iteration", "silent")
+    ], str(report)
+    assert check_model(model.eval(), torch.randn(2, 3)).ok  # the printed fix

@@ -325,4 +325,6 @@ def test_the_layer_norm_fix_is_an_explicit_weight_not_f_layer_norm():
     with pytest.raises(RuntimeError, match="Expected a proper Tensor but got None"):
         penalty(None)
     penalty(torch.ones(3, dtype=torch.float64))
-    assert "weight=torch.ones(normalized_shape)" in fix_for("aten::native_layer_norm_backward")
+    assert "weight=torch.ones(normalized_shape)" in fix_for(
+        "aten::native_layer_norm_backward"
+    )

@@ -192,6 +192,10 @@ def test_buffers_are_restored_before_every_call_and_after():
     before = model[1].running_mean.clone()
     assert check_model(model, torch.randn(5, 3)).ok
     assert torch.equal(model[1].running_mean, before)
+    # A callable's modules are used in place: their buffers are put back too.
+    assert check_model(lambda t: model(t), torch.randn(5, 3)).ok
+    assert torch.equal(model[1].running_mean, before)
+    assert model[1].num_batches_tracked.item() == 0
 
 
 def test_casts_to_float32_are_widened_and_remaining_float32_is_said():

@@ -122,6 +122,9 @@ class _Copy:
             ]
             return
         self.fn, self.modules = model, list(modules.values())
+        self.state = State(
+            self.modules
+        )  # the user's own modules: their buffers put back
         if dtype is not None:
             self.cast = Cast(self.modules, dtype, loose)
         found = {id(p): p for m in self.modules for p in m.parameters()}
@@ -133,6 +136,8 @@ class _Copy:
     def undo(self) -> None:
         if self.cast is not None:
             self.cast.undo()
+        if hasattr(self, "state"):  # values of buffers a cast leaves in place (integers)
+            self.state.restore()
 
 
 def _deepcopy(model: nn.Module) -> nn.Module:

@@ -255,13 +255,21 @@ class State:
 
 class Cast:
     """Modules cast to ``dtype`` in place (a callable's closed-over modules), and put back
-    exactly as they were (dtype and values) by :meth:`undo`."""
+    exactly as they were by :meth:`undo`: each parameter's data (``Module.to`` sets it in
+    place) and each buffer object (``Module.to`` replaces it), untouched meanwhile."""
 
-    def __init__(self, modules: list[nn.Module], dtype: torch.dtype,
-                 loose: list[torch.Tensor] = ()) -> None:  # fmt: skip
-        tensors_ = {id(t): t for m in modules for t in [*m.parameters(), *m.buffers()]}
-        tensors_.update({id(t): t for t in loose})
-        self.saved = [(t, t.data) for t in tensors_.values()]
+    def __init__(
+        self,
+        modules: list[nn.Module],
+        dtype: torch.dtype,
+        loose: list[torch.Tensor] = (),
+    ) -> None:
+        parameters = {id(p): p for m in modules for p in m.parameters()}
+        parameters.update({id(t): t for t in loose})
+        self.data = [(t, t.data) for t in parameters.values()]
+        self.buffers = [
+            (sub, dict(sub._buffers)) for m in modules for sub in m.modules()
+        ]
         for module in modules:
             module.to(dtype)
         for tensor in loose:
@@ -269,8 +277,10 @@ class Cast:
                 tensor.data = tensor.data.to(dtype)
 
     def undo(self) -> None:
-        for tensor, data in self.saved:
+        for tensor, data in self.data:
             tensor.data = data
+        for module, buffers in self.buffers:
+            module._buffers.update(buffers)
 
 
 # -- float64 throughout ----------------------------------------------------------------

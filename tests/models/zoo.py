@@ -116,6 +116,28 @@ def timm_vit_fused_attention():
                        fixed=math_attention)  # fmt: skip
 
 
+@case
+def timm_deit_tiny():
+    torch.manual_seed(0)
+    model = timm.create_model(
+        "deit_tiny_patch16_224", pretrained=False, num_classes=1, img_size=16,
+        patch_size=8, depth=2, embed_dim=16, num_heads=2,
+    )  # fmt: skip
+    return module_case(model, torch.randn(1, 3, 16, 16), fix="SDPBackend.MATH",
+                       fixed=math_attention)  # fmt: skip
+
+
+@case
+def timm_swin():
+    torch.manual_seed(0)
+    model = timm.create_model(
+        "swin_tiny_patch4_window7_224", pretrained=False, num_classes=1, img_size=16,
+        patch_size=4, window_size=2, embed_dim=8, depths=(1, 1), num_heads=(1, 2),
+    )  # fmt: skip
+    return module_case(model, torch.randn(1, 3, 16, 16), fix="SDPBackend.MATH",
+                       fixed=math_attention)  # fmt: skip
+
+
 # -- transformers -----------------------------------------------------------------------
 def _embeds_case(model: nn.Module, width: int, fix: bool, **call: Any) -> Case:
     def fn(e):
@@ -281,6 +303,14 @@ def transformer_encoder_eval():
     model = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
     return module_case(model, torch.randn(2, 5, 16), fix="SDPBackend.MATH",
                        fixed=math_attention)  # fmt: skip
+
+
+@case
+def transformer_train():
+    torch.manual_seed(0)
+    model = nn.Transformer(16, 2, 1, 1, 32, dropout=0.0, batch_first=True)
+    return module_case(model, torch.randn(2, 5, 16), torch.randn(2, 4, 16),
+                       fix="SDPBackend.MATH", fixed=math_attention)  # fmt: skip
 
 
 @case

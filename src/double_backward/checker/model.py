@@ -136,7 +136,9 @@ class _Copy:
     def undo(self) -> None:
         if self.cast is not None:
             self.cast.undo()
-        if hasattr(self, "state"):  # values of buffers a cast leaves in place (integers)
+        if hasattr(
+            self, "state"
+        ):  # values of buffers a cast leaves in place (integers)
             self.state.restore()
 
 
@@ -176,9 +178,7 @@ def check_model(
     _validate(model, kwargs, wrt, parameters)
     try:
         return _check_model(model, inputs, dict(kwargs or {}), wrt, parameters)
-    except (
-        NotDifferentiable
-    ) as error:  # found late (locating): said as the user's error
+    except NotDifferentiable as error:  # found late, while locating: the user's error
         raise ValueError(f"check_model: {error}{_what_to_pass(model, wrt)}") from error
 
 
@@ -205,7 +205,7 @@ def _check_model(
               [torch.empty(0, device="cpu")])[0].device  # fmt: skip
 
     # In the model's own dtypes, where the kernels it trains with are chosen.
-    outcome, target, calls = _run(
+    outcome, target = _run(
         model, modules, loose, inputs, kwargs, chosen, wrt, device, report, wide=False
     )
     report.checked.append(
@@ -216,7 +216,7 @@ def _check_model(
     second = False
     if outcome.kind is None:
         # In float64, where central differences are accurate enough to compare with.
-        outcome, target, calls = _run(
+        outcome, target = _run(
             model,
             modules,
             loose,
@@ -285,7 +285,7 @@ def _leaves(inputs: tuple, kwargs: dict, chosen: list[torch.Tensor],
 
 
 def _run(model, modules, loose, inputs, kwargs, chosen, wrt, device, report, *, wide
-         ) -> tuple[Outcome, Target, list]:  # fmt: skip
+         ) -> tuple[Outcome, Target]:  # fmt: skip
     """One pass: the penalty, and in float64 (``wide``) the second-derivative comparison."""
     copied = _Copy(model, modules, loose, torch.float64 if wide else None)
     try:
@@ -332,7 +332,7 @@ def _run(model, modules, loose, inputs, kwargs, chosen, wrt, device, report, *, 
             ) from error
     finally:
         copied.undo()
-    return outcome, target, []
+    return outcome, target
 
 
 def _what_to_pass(model: Any, wrt: str) -> str:

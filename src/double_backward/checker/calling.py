@@ -140,7 +140,8 @@ def dot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def _as_real(t: torch.Tensor) -> torch.Tensor:
-    return torch.view_as_real(t) if t.is_complex() else t
+    # An output may be a lazily conjugated view (fft.ifft's), which view_as_real refuses.
+    return torch.view_as_real(t.resolve_conj()) if t.is_complex() else t
 
 
 def norm(tensors: Sequence[torch.Tensor]) -> float:

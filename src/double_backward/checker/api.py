@@ -109,7 +109,7 @@ def check(
     settings = Settings(
         dtype=dtype, directions=directions, surrogate_gradient=surrogate_gradient,
         gradcheck_mode=evidence.gradcheck_mode(numel_in, numel_out, fast_mode),
-        generator=torch.Generator().manual_seed(seed),
+        generator=torch.Generator(device="cpu").manual_seed(seed),  # draws are moved
     )  # fmt: skip
     report.results["inputs"] = ", ".join(
         f"{call.label(s)}: {describe(x)}" for s, x in zip(call.slots, inputs, strict=True)
@@ -119,8 +119,8 @@ def check(
                      causes.Structure())  # fmt: skip
     report.notes += [f"{node} is marked @once_differentiable (first-order only)."
                      for node in found.once_differentiable]  # fmt: skip
-    weights = [torch.randn(outputs[i].shape, dtype=outputs[i].dtype,  # type: ignore[union-attr]
-                           generator=settings.generator) for i in call.kept]  # fmt: skip
+    weights = [evidence.draw(outputs[i], settings.generator)  # type: ignore[arg-type]
+               for i in call.kept]  # fmt: skip
 
     if points is None:
         points = 1 if settings.gradcheck_mode == "none" else 2

@@ -191,7 +191,7 @@ def _kept_at_another_point(call: Call, inputs: Sequence[torch.Tensor], count: in
     that signs and masks change too): a tensor identical there is a constant (a weight, a
     scale), not a result made from the inputs. None when the call there fails or builds
     another graph."""
-    generator = torch.Generator().manual_seed(0)
+    generator = torch.Generator(device="cpu").manual_seed(0)
     moved = []
     for x in inputs:
         size = max(float(x.detach().abs().pow(2).mean()) ** 0.5 if x.numel() else 0.0, 1.0)

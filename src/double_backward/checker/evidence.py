@@ -170,11 +170,14 @@ def second_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
 # -- directions -------------------------------------------------------------------------
 
 
-def _randn(like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def draw(like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """A standard normal draw shaped like ``like``, drawn on the CPU (so the same seed gives
     the same draw on every device), then moved to ``like``'s device."""
     drawn = torch.randn(like.shape, generator=generator, dtype=like.dtype, device="cpu")
     return drawn.to(like.device)
+
+
+_randn = draw
 
 
 def _direction_scale(at: Sequence[torch.Tensor]) -> float:
@@ -188,7 +191,7 @@ def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     parts = [torch.view_as_real(t.resolve_conj()).reshape(-1) if t.is_complex()
              else t.reshape(-1) for t in tensors]  # fmt: skip
     if not parts:
-        return torch.zeros(0, dtype=torch.float64)
+        return torch.zeros(0, dtype=torch.float64, device="cpu")
     return torch.cat([p.to(torch.promote_types(p.dtype, parts[0].dtype)) for p in parts])
 
 
@@ -269,8 +272,8 @@ def linearity(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torch.Ten
     v1 = [_randn(o, s.generator) for o in outs]
     v2 = [_randn(o, s.generator) for o in outs]
     # Signed factors of size 0.5 to 2, so that neither term is negligible.
-    size = torch.rand(2, generator=s.generator, dtype=torch.float64) * 1.5 + 0.5
-    sign = torch.randint(0, 2, (2,), generator=s.generator) * 2 - 1
+    size = torch.rand(2, generator=s.generator, dtype=torch.float64, device="cpu") * 1.5 + 0.5
+    sign = torch.randint(0, 2, (2,), generator=s.generator, device="cpu") * 2 - 1
     a, b = (float(c) for c in size * sign)
     combined = [(p * a).add_(q, alpha=b) for p, q in zip(v1, v2, strict=True)]
     along, scale = [], 0.0

@@ -192,7 +192,14 @@ def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
              else t.reshape(-1) for t in tensors]  # fmt: skip
     if not parts:
         return torch.zeros(0, dtype=torch.float64, device="cpu")
+    if len(parts) == 1:
+        return parts[0]  # a view: no copy
     return torch.cat([p.to(torch.promote_types(p.dtype, parts[0].dtype)) for p in parts])
+
+
+def _template(t: torch.Tensor) -> torch.Tensor:
+    """A tensor with ``t``'s shape, dtype and device, holding one element (stride 0)."""
+    return t.new_empty((1,) * t.dim()).expand(t.shape)
 
 
 def _leaves(at: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
@@ -200,7 +207,8 @@ def _leaves(at: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
 
 
 def _shifted(at: Sequence[torch.Tensor], u: Sequence[torch.Tensor], t: float) -> tuple:
-    return tuple(x.detach() + t * d for x, d in zip(at, u, strict=True))
+    """``at + t u``: new tensors (one allocation each)."""
+    return tuple(torch.add(x.detach(), d, alpha=t) for x, d in zip(at, u, strict=True))
 
 
 def _outputs(call: Call, at: Sequence[torch.Tensor], fresh: bool = False
@@ -215,7 +223,9 @@ def _grad(
     v: Sequence[torch.Tensor],
     create_graph: bool = False,
 ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-    """Backward at ``at`` with incoming gradient ``v``: (the leaves, their gradients)."""
+    """Backward at ``at`` with incoming gradient ``v``: (the leaves, their gradients).
+    The Function gets copies of the leaves: one that edits its input in place (mark_dirty)
+    may not edit a leaf."""
     leaves = _leaves(at)
     with torch.enable_grad():
         outs = quietly(lambda: call(*leaves))
@@ -441,31 +451,39 @@ def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> Tal
     A direction counts when both decide; one that no step decides is drawn again (up to
     three times as many draws as ``s.directions``)."""
     outs = _attempt(lambda: _outputs(call, at), "forward")
+    f_size = norm(outs)
+    outs = [_template(o) for o in outs]  # only their shapes are needed now
     c = _direction_scale(at)
     rounding = NEGLIGIBLE[s.dtype]
     tally = Tally()
+
+    def along_g(u: list, v: list) -> Callable[[float], torch.Tensor]:
+        return lambda t: _flat(_grad(call, _shifted(at, u, c * t), v)[1])
+
+    def along_f(u: list) -> Callable[[float], torch.Tensor]:
+        return lambda t: _flat(_outputs(call, _shifted(at, u, c * t), fresh=True))
 
     def one() -> float | str:
         v = [_randn(o, s.generator) for o in outs]
         u = [_randn(x, s.generator) for x in at]
         hvp, mixed, g_size = _analytic_second(call, at, v, u)
-        f_size = norm(outs)
         # Sizes below which a second derivative is negligible: a share NEGLIGIBLE of what
         # the gradient, and vᵀf, could change by over the direction's scale c (corrcoef of
         # one row is constant: its HVPs are 1e-17 noise, not to be compared with each other).
         hvp_floor = rounding * (g_size + norm(v) * f_size / c) / c
-        on_g = _difference(lambda t: _flat(_grad(call, _shifted(at, u, c * t), v)[1]), c, s,
-                           norm([hvp]))  # fmt: skip
+        # The mixed term first, then freed: one vector fewer alive during the HVP's.
+        on_f = _difference(along_f(u), c, s, norm([mixed]))
+        mixed_error = None if on_f.value is None else _vector_error(
+            mixed, on_f.value, rounding * f_size / c)  # fmt: skip
+        mixed_reason = on_f.reason
+        del mixed, on_f
+        on_g = _difference(along_g(u, v), c, s, norm([hvp]))
         if on_g.value is None:
             return on_g.reason
         hvp_error = _vector_error(hvp, on_g.value, hvp_floor)
-        on_f = _difference(lambda t: _flat(_outputs(call, _shifted(at, u, c * t), fresh=True)),
-                           c, s, norm([mixed]))  # fmt: skip
-        if on_f.value is None:
-            if hvp_error > s.rtol:  # a wrong HVP is a finding on its own
-                return hvp_error
-            return on_f.reason
-        return max(hvp_error, _vector_error(mixed, on_f.value, rounding * f_size / c))
+        if mixed_error is None:
+            return hvp_error if hvp_error > s.rtol else mixed_reason  # a wrong HVP counts
+        return max(hvp_error, mixed_error)
 
     tries = 0
     while len(tally.errors) < s.directions and tries < 3 * s.directions:
@@ -662,8 +680,9 @@ def wrong_second_derivatives(call: Call, at: tuple[torch.Tensor, ...],
         del leaves, g
         for i in range(len(at)):
             found = _difference(
-                lambda t, i=i, u=u: _flat([_grad(call, _shifted(at, u, c * t), v)[1][i]]), c, s,
-                norm([second[i]]),
+                lambda t, i=i, u=u: _flat(
+                    [_grad(call, _shifted(at, u, c * t), v)[1][i]]),
+                c, s, norm([second[i]]),
             )  # fmt: skip
             if found.value is None or _vector_error(
                 _flat([second[i]]), found.value, rounding * g_size / c

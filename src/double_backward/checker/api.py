@@ -109,19 +109,18 @@ def check(
     settings = Settings(
         dtype=dtype, directions=directions, surrogate_gradient=surrogate_gradient,
         gradcheck_mode=evidence.gradcheck_mode(numel_in, numel_out, fast_mode),
-        generator=torch.Generator().manual_seed(seed),
+        generator=torch.Generator(device="cpu").manual_seed(seed),  # draws are moved
     )  # fmt: skip
     report.results["inputs"] = ", ".join(
-        f"{call.label(s)}: {describe(x)}"
-        for s, x in zip(call.slots, inputs, strict=True)
+        f"{call.label(s)}: {describe(x)}" for s, x in zip(call.slots, inputs, strict=True)
     )
     found = _guarded(report, "graph",
                      lambda: causes.structure(call, inputs, outputs, is_custom_function(fn)),
                      causes.Structure())  # fmt: skip
     report.notes += [f"{node} is marked @once_differentiable (first-order only)."
                      for node in found.once_differentiable]  # fmt: skip
-    weights = [torch.randn(outputs[i].shape, dtype=outputs[i].dtype,  # type: ignore[union-attr]
-                           generator=settings.generator) for i in call.kept]  # fmt: skip
+    weights = [evidence.draw(outputs[i], settings.generator)  # type: ignore[arg-type]
+               for i in call.kept]  # fmt: skip
 
     if points is None:
         points = 1 if settings.gradcheck_mode == "none" else 2
@@ -145,17 +144,13 @@ def check(
 def _validate(fn: object, kwargs: object, dtype: object, points: object,
               directions: object) -> None:  # fmt: skip
     if not callable(fn):
-        raise TypeError(
-            f"check: 'fn' must be callable, e.g. MyFunction.apply, got {fn!r}"
-        )
+        raise TypeError(f"check: 'fn' must be callable, e.g. MyFunction.apply, got {fn!r}")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise TypeError(
             f"check: kwargs must be a dict of the Function's keyword arguments, got {kind(kwargs)}"
         )
     if dtype not in evidence.TOLERANCES:
-        raise TypeError(
-            f"check: dtype must be one of {list(evidence.TOLERANCES)}, got {dtype!r}"
-        )
+        raise TypeError(f"check: dtype must be one of {list(evidence.TOLERANCES)}, got {dtype!r}")
     for option, value in (("points", points), ("directions", directions)):
         if value is None and option == "points":
             continue
@@ -163,9 +158,7 @@ def _validate(fn: object, kwargs: object, dtype: object, points: object,
             raise ValueError(f"check: {option} must be a positive int, got {value!r}")
 
 
-def _guarded(
-    report: Report, stage: str, compute: Callable[[], Any], default: Any = None
-) -> Any:
+def _guarded(report: Report, stage: str, compute: Callable[[], Any], default: Any = None) -> Any:
     """Run one of the checker's own stages; if it fails, say so in a note, never crash."""
     try:
         return compute()
@@ -185,9 +178,7 @@ def _try_outputs(call: Call, inputs: Sequence[torch.Tensor]
     call.marked = []
 
     def mark_non_differentiable(ctx: Any, *tensors: torch.Tensor) -> None:
-        call.marked += [
-            (t.data_ptr(), t.shape) for t in tensors if isinstance(t, torch.Tensor)
-        ]
+        call.marked += [(t.data_ptr(), t.shape) for t in tensors if isinstance(t, torch.Tensor)]
         original(ctx, *tensors)
 
     # Patched on the class for the length of this one call, restored in `finally`: not
@@ -276,22 +267,13 @@ def _points(inputs: tuple[torch.Tensor, ...], count: int, s: Settings
             ) -> list[tuple[str, tuple[torch.Tensor, ...]]]:  # fmt: skip
     found = [("your inputs", inputs)]
     for number in range(2, count + 1):
-        derived = tuple(
-            derived_point(x.detach(), s.generator).requires_grad_() for x in inputs
-        )
+        derived = tuple(derived_point(x.detach(), s.generator).requires_grad_() for x in inputs)
         found.append((f"point {number}", derived))
     return found
 
 
-def _check_points(
-    call: Call,
-    inputs: tuple[torch.Tensor, ...],
-    count: int,
-    s: Settings,
-    found: causes.Structure,
-    weights: list[torch.Tensor],
-    report: Report,
-) -> bool:
+def _check_points(call: Call, inputs: tuple[torch.Tensor, ...], count: int, s: Settings,
+                  found: causes.Structure, weights: list[torch.Tensor], report: Report) -> bool:
     """Every check at every point; False when a problem was found at your inputs."""  # fmt: skip
     checked = 0
     for where, at in _points(inputs, count, s):
@@ -300,9 +282,7 @@ def _check_points(
             if error is not None or _non_finite(call, outputs):
                 why = f"the Function raised {evidence.message(error, 160)}" if error else (
                     "NaN or inf in the outputs there")  # fmt: skip
-                report.notes.append(
-                    f"{where}, derived from your inputs, was skipped: {why}"
-                )
+                report.notes.append(f"{where}, derived from your inputs, was skipped: {why}")
                 continue
         checked += 1
         problem = _check_point(call, at, where, s, found, weights, report)
@@ -335,9 +315,7 @@ def _check_point(call: Call, at: tuple[torch.Tensor, ...], where: str, s: Settin
             return _undecided_problem(failure, where, s)
         report.results[f"order 1, {where_short}"] = "FAILED"
         if failure.kind == "raised":
-            cleared = _guarded(
-                report, "graph", lambda: causes.cleared_state(call, at), []
-            )
+            cleared = _guarded(report, "graph", lambda: causes.cleared_state(call, at), [])
             if cleared:
                 return causes.clears_state_problem(cleared, f"{where}: {failure}")
         return _first_order_problem(failure, where)
@@ -353,13 +331,8 @@ def _check_point(call: Call, at: tuple[torch.Tensor, ...], where: str, s: Settin
     return None
 
 
-def _read_failure(
-    call: Call,
-    at: tuple[torch.Tensor, ...],
-    weights: list[torch.Tensor],
-    s: Settings,
-    found: causes.Structure,
-) -> None:
+def _read_failure(call: Call, at: tuple[torch.Tensor, ...], weights: list[torch.Tensor],
+                  s: Settings, found: causes.Structure) -> None:
     """What the graph and a watched backward say about a second-order failure."""  # fmt: skip
     found.cleared_state = causes.cleared_state(call, at)
     found.not_reaching = causes.not_reaching(call, at, weights)
@@ -388,9 +361,7 @@ def _undecided_problem(failure: Failed, where: str, s: Settings) -> Problem:
         )  # fmt: skip
     if "non-finite" in failure.text:
         why += "The Function returns NaN or inf next to these inputs. "
-    precision = (
-        "" if s.dtype == torch.float64 else "check in float64 (dtype=torch.float64), "
-    )
+    precision = "" if s.dtype == torch.float64 else "check in float64 (dtype=torch.float64), "
     return Problem("undecided", (
         f"could not decide at these inputs: {failure.text} {why}Nothing was verified, so "
         f"this is not a pass. Try other inputs (away from kinks and ties), {precision}or a "
@@ -433,10 +404,7 @@ def _describe_passing(call: Call, inputs: tuple[torch.Tensor, ...],
                       weights: list[torch.Tensor], found: causes.Structure,
                       report: Report) -> None:  # fmt: skip
     report.notes += _guarded(
-        report,
-        "graph",
-        lambda: causes.zero_second_derivative_notes(call, inputs, weights),
-        [],
+        report, "graph", lambda: causes.zero_second_derivative_notes(call, inputs, weights), []
     )
     report.notes += causes.notes_on_passing_structure(found)
 
@@ -444,20 +412,13 @@ def _describe_passing(call: Call, inputs: tuple[torch.Tensor, ...],
 def _compare_forward_mode(call: Call, inputs: tuple[torch.Tensor, ...],
                           weights: list[torch.Tensor], s: Settings, found: causes.Structure,
                           report: Report) -> None:  # fmt: skip
-    first = _guarded(
-        report,
-        "forward mode",
-        lambda: evidence.jvp_agreement(call, inputs, weights, s),
-        "skipped",
-    )
+    first = _guarded(report, "forward mode",
+                     lambda: evidence.jvp_agreement(call, inputs, weights, s), "skipped")
     report.results["forward mode"] = first
     if first.startswith("skipped"):
         return
     report.results["forward-mode HVP"] = _guarded(
-        report,
-        "HVP",
-        lambda: evidence.hvp_agreement(call, inputs, weights, s),
-        "skipped",
+        report, "HVP", lambda: evidence.hvp_agreement(call, inputs, weights, s), "skipped"
     )
     disagreeing = [name for name in ("forward mode", "forward-mode HVP")
                    if report.results[name] == "DISAGREE"]  # fmt: skip
@@ -473,9 +434,7 @@ def _compare_forward_mode(call: Call, inputs: tuple[torch.Tensor, ...],
         advice = ("The jvp staticmethod of a Function it calls does not compute the same "
                   "derivative as that Function's backward.")  # fmt: skip
     else:
-        advice = (
-            "The jvp staticmethod does not compute the same derivative as backward."
-        )
+        advice = "The jvp staticmethod does not compute the same derivative as backward."
     report.problems.append(Problem("forward-mode-mismatch", (
         f"forward mode and reverse mode disagree ({', '.join(disagreeing)}). {advice}"
     ), "modern"))  # fmt: skip

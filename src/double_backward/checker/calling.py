@@ -22,9 +22,7 @@ PERTURBATION = 0.01
 
 def differentiable(value: object) -> bool:
     """A tensor whose values can be differentiated: floating point or complex."""
-    return isinstance(value, torch.Tensor) and (
-        value.is_floating_point() or value.is_complex()
-    )
+    return isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex())
 
 
 def at_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -94,9 +92,7 @@ class Call:
         return f"argument {slot}" if isinstance(slot, int) else f"keyword '{slot}'"
 
     def given(self) -> list[torch.Tensor]:
-        return [
-            self.args[s] if isinstance(s, int) else self.kwargs[s] for s in self.slots
-        ]
+        return [self.args[s] if isinstance(s, int) else self.kwargs[s] for s in self.slots]
 
     def constants(self) -> list[torch.Tensor]:
         """The tensors passed as they are (not differentiated)."""
@@ -115,9 +111,7 @@ class Call:
                 kwargs[slot] = value
         return flatten(self.fn(*args, **kwargs))
 
-    def __call__(
-        self, *inputs: torch.Tensor, fresh: bool = False
-    ) -> tuple[torch.Tensor, ...]:
+    def __call__(self, *inputs: torch.Tensor, fresh: bool = False) -> tuple[torch.Tensor, ...]:
         leaves = self.outputs(*inputs, fresh=fresh)
         return tuple(leaves[i] for i in self.kept)  # type: ignore[misc]
 
@@ -137,7 +131,8 @@ def dot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> torch.Tensor:
     PyTorch's convention for complex inputs (the gradient is the conjugate Wirtinger
     derivative times two, so that ``grad = d/d(re) + i d/d(im)``).
     """
-    total = torch.zeros((), dtype=torch.float64)
+    device = a[0].device if a else "cpu"  # the inputs' device, never the default one
+    total = torch.zeros((), dtype=torch.float64, device=device)
     for x, y in zip(a, b, strict=True):
         x, y = _as_real(x).reshape(-1), _as_real(y).reshape(-1)
         if x.numel():  # torch.dot: no temporary as large as the tensors
@@ -146,20 +141,17 @@ def dot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def _as_real(t: torch.Tensor) -> torch.Tensor:
-    return torch.view_as_real(t) if t.is_complex() else t
+    # An output may be a lazily conjugated view (fft.ifft's), which view_as_real refuses.
+    return torch.view_as_real(t.resolve_conj()) if t.is_complex() else t
 
 
 def norm(tensors: Sequence[torch.Tensor]) -> float:
     """The Euclidean norm of a list of tensors (complex ones as pairs of reals)."""
-    return float(
-        sum(float(torch.linalg.vector_norm(t.detach())) ** 2 for t in tensors) ** 0.5
-    )
+    return float(sum(float(torch.linalg.vector_norm(t.detach())) ** 2 for t in tensors) ** 0.5)
 
 
 def slots_of(
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    wrt: Sequence[int | str] | int | str | None,
+    args: tuple[Any, ...], kwargs: dict[str, Any], wrt: Sequence[int | str] | int | str | None
 ) -> list[int | str]:
     """Positions and names of the arguments to differentiate (``wrt``, or every float one)."""
     floating: list[int | str] = [i for i, a in enumerate(args) if differentiable(a)]
@@ -191,8 +183,8 @@ def derived_point(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     A small relative change keeps what the Function may need of its input: signs, zeros,
     an interval, a positive-definite or well-conditioned matrix.
     """
-    e = torch.rand(x.shape, generator=generator, dtype=real_dtype(x)) * 2 - 1
-    return x * (1 + PERTURBATION * e)
+    e = torch.rand(x.shape, generator=generator, dtype=real_dtype(x), device="cpu") * 2 - 1
+    return x * (1 + PERTURBATION * e.to(x.device))  # drawn on the CPU: the same everywhere
 
 
 def preview(x: torch.Tensor, count: int = 4) -> str:

@@ -31,9 +31,7 @@ class Structure:
     custom_nodes: int = 0
     stashed: list[str] = dataclasses.field(default_factory=list)
     saved_intermediates: list[str] = dataclasses.field(default_factory=list)
-    saved_non_differentiable_outputs: list[str] = dataclasses.field(
-        default_factory=list
-    )
+    saved_non_differentiable_outputs: list[str] = dataclasses.field(default_factory=list)
     once_differentiable: list[str] = dataclasses.field(default_factory=list)
     multi_output: list[str] = dataclasses.field(default_factory=list)
     not_reaching: list[str] = dataclasses.field(default_factory=list)
@@ -41,20 +39,15 @@ class Structure:
     # input, as (gradient's input, input) labels; what backward did outside autograd.
     untracked_terms: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     backward_untracked: list[str] = dataclasses.field(default_factory=list)
-    cleared_state: list[str] = dataclasses.field(
-        default_factory=list
-    )  # by one backward
+    cleared_state: list[str] = dataclasses.field(default_factory=list)  # by one backward
     backward_used: set[int] | None = None  # data_ptrs the backward's torch ops read
-    pointers: dict[str, int] = dataclasses.field(
-        default_factory=dict
-    )  # entry -> data_ptr
+    pointers: dict[str, int] = dataclasses.field(default_factory=dict)  # entry -> data_ptr
 
     def used(self, entries: list[str]) -> list[str]:
         """The entries backward's torch operations read (all, if that was not watched)."""
         if self.backward_used is None:
             return entries
         return [e for e in entries if self.pointers.get(e) in self.backward_used]
-
     # What is checked: "custom" (a Function's apply), "composite" (a function calling
     # custom Functions) or "builtin" (torch's own operators only).
     what: str = "custom"
@@ -118,9 +111,9 @@ def structure(
             marked = (tensor.data_ptr(), tensor.shape) in call.marked
             if marked or any(_same(tensor, out) for out in tensor_outputs):
                 found.saved_non_differentiable_outputs.append(where)
-            elif not any(
-                _same(tensor, x) for x in (*inputs, *constants)
-            ) and not _constant(tensor, elsewhere, (number, index)):
+            elif not any(_same(tensor, x) for x in (*inputs, *constants)) and not _constant(
+                tensor, elsewhere, (number, index)
+            ):
                 # Not an input we differentiate, nor a constant: made from the inputs.
                 found.saved_intermediates.append(where)
                 found.pointers[where] = tensor.data_ptr()
@@ -198,12 +191,10 @@ def _kept_at_another_point(call: Call, inputs: Sequence[torch.Tensor], count: in
     that signs and masks change too): a tensor identical there is a constant (a weight, a
     scale), not a result made from the inputs. None when the call there fails or builds
     another graph."""
-    generator = torch.Generator().manual_seed(0)
+    generator = torch.Generator(device="cpu").manual_seed(0)
     moved = []
     for x in inputs:
-        size = max(
-            float(x.detach().abs().pow(2).mean()) ** 0.5 if x.numel() else 0.0, 1.0
-        )
+        size = max(float(x.detach().abs().pow(2).mean()) ** 0.5 if x.numel() else 0.0, 1.0)
         drawn = torch.randn(x.shape, generator=generator, dtype=x.dtype, device="cpu")
         moved.append(x.detach() + 0.5 * size * drawn.to(x.device))
     try:
@@ -222,9 +213,7 @@ def _kept_at_another_point(call: Call, inputs: Sequence[torch.Tensor], count: in
     return kept
 
 
-def _constant(
-    tensor: torch.Tensor, elsewhere: dict | None, key: tuple[int, int | str]
-) -> bool:
+def _constant(tensor: torch.Tensor, elsewhere: dict | None, key: tuple[int, int | str]) -> bool:
     other = None if elsewhere is None else elsewhere.get(key)
     return (isinstance(other, torch.Tensor) and other.shape == tensor.shape
             and other.dtype == tensor.dtype and torch.equal(other, tensor))  # fmt: skip
@@ -249,9 +238,7 @@ def not_reaching(
     ]
 
 
-def cause_of_second_order_failure(
-    failure: Failed, found: Structure, where: str
-) -> Problem:
+def cause_of_second_order_failure(failure: Failed, found: Structure, where: str) -> Problem:
     """The problem that best explains a failed second-order check."""
     seen = f"{where}: {failure}"
     text = failure.text
@@ -288,9 +275,7 @@ def cause_of_second_order_failure(
                 "has no derivative of its backward. Replace it by a Function that supports "
                 f"double backward, or avoid differentiating through it twice. Seen: {seen}"
             ), "builtins")  # fmt: skip
-        return Problem(
-            "double-backward-raised", f"double backward raises an error. Seen: {seen}"
-        )
+        return Problem("double-backward-raised", f"double backward raises an error. Seen: {seen}")
     stashed = found.used(found.stashed)
     saved_intermediates = found.used(found.saved_intermediates)
     if stashed:
@@ -355,9 +340,8 @@ def _no_graph(found: Structure, seen: str) -> Problem:
     ), "untracked")  # fmt: skip
 
 
-def untracked_terms(
-    call: Call, at: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], s: Settings
-) -> list[tuple[str, str]]:
+def untracked_terms(call: Call, at: Sequence[torch.Tensor], weights: Sequence[torch.Tensor],
+                    s: Settings) -> list[tuple[str, str]]:
     """The wrong terms of the second derivative whose gradient has no graph to the
     input."""
     wrong = wrong_second_derivatives(call, tuple(at), s)
@@ -387,11 +371,7 @@ class _Watch(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if name == "__get__":  # a property: Tensor.data, Tensor.T, ...
             name = getattr(getattr(func, "__self__", None), "__name__", name)
-        what = {
-            "numpy": "calls .numpy()",
-            "data": "reads .data",
-            "detach": "calls .detach()",
-        }
+        what = {"numpy": "calls .numpy()", "data": "reads .data", "detach": "calls .detach()"}
         if name in what:
             if what[name] not in self.untracked:
                 self.untracked.append(what[name])
@@ -405,12 +385,8 @@ class _Watch(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def watch_backward(
-    call: Call,
-    at: Sequence[torch.Tensor],
-    found: Structure,
-    weights: Sequence[torch.Tensor],
-) -> None:
+def watch_backward(call: Call, at: Sequence[torch.Tensor], found: Structure,
+                   weights: Sequence[torch.Tensor]) -> None:
     """Run backward once with each custom Function's backward watched (patched on its class
     for this one call, then restored: not thread-safe)."""  # fmt: skip
     with torch.enable_grad():

@@ -50,6 +50,16 @@ DIRECTIONAL = {
     torch.float16: {"rtol": 2e-1},
     torch.bfloat16: {"rtol": 2e-1},
 }
+# A second derivative smaller than this share of the scale the gradient (and vᵀf) varies on
+# is negligible: its error is judged against that floor, not against itself (logcumsumexp
+# over a sample holding 1e4: an HVP of 5e-12 against central differences of exactly 0, for
+# a gradient of size 1). gradgradcheck's atol (1e-5) plays the same part.
+NEGLIGIBLE = {
+    torch.float64: 1e-6,
+    torch.float32: 1e-3,
+    torch.float16: 1e-2,
+    torch.bfloat16: 1e-2,
+}
 CHUNK = 1 << 16  # elements per chunk of the comparisons: their temporaries stay small
 
 
@@ -69,9 +79,7 @@ class Failed(Exception):
 def message(error: BaseException, limit: int = 300) -> str:
     """The error's type and its message (first lines), enough to recognise and search it."""
     text = str(error).strip()
-    if isinstance(
-        error, GradcheckError
-    ):  # keep the sentence, not the Jacobians it prints
+    if isinstance(error, GradcheckError):  # keep the sentence, not the Jacobians it prints
         text = text.split(",\nnumerical")[0].split("\n")[0]
     text = " ".join(text.split())
     if len(text) > limit:
@@ -134,9 +142,7 @@ def first_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
     if s.surrogate_gradient:  # the first derivative is taken as given
         return "passed: linear in grad_out (surrogate: taken as given)"
     tally = vjp_directions(call, at, outs, s)
-    return "passed: " + ", ".join(
-        [*done, "linear", _decided_text(tally, s.directions, "VJPs")]
-    )
+    return "passed: " + ", ".join([*done, "linear", _decided_text(tally, s.directions, "VJPs")])
 
 
 def second_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
@@ -164,30 +170,36 @@ def second_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
 # -- directions -------------------------------------------------------------------------
 
 
-def _randn(like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def draw(like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """A standard normal draw shaped like ``like``, drawn on the CPU (so the same seed gives
     the same draw on every device), then moved to ``like``'s device."""
     drawn = torch.randn(like.shape, generator=generator, dtype=like.dtype, device="cpu")
     return drawn.to(like.device)
 
 
+_randn = draw
+
+
 def _direction_scale(at: Sequence[torch.Tensor]) -> float:
     """The scale of a direction: t = 1 moves the inputs by about their own magnitude (at
     least 1), so the steps of :func:`central_difference` are relative."""
-    return max(
-        1.0, *(float(x.detach().abs().pow(2).mean()) ** 0.5 for x in at if x.numel())
-    )
+    return max([1.0, *(float(x.detach().abs().pow(2).mean()) ** 0.5 for x in at if x.numel())])
 
 
 def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     """The tensors as one flat vector (complex ones as pairs of reals), for the differences."""
-    parts = [torch.view_as_real(t).reshape(-1) if t.is_complex() else t.reshape(-1)
-             for t in tensors]  # fmt: skip
+    parts = [torch.view_as_real(t.resolve_conj()).reshape(-1) if t.is_complex()
+             else t.reshape(-1) for t in tensors]  # fmt: skip
     if not parts:
-        return torch.zeros(0, dtype=torch.float64)
-    return torch.cat(
-        [p.to(torch.promote_types(p.dtype, parts[0].dtype)) for p in parts]
-    )
+        return torch.zeros(0, dtype=torch.float64, device="cpu")
+    if len(parts) == 1:
+        return parts[0]  # a view: no copy
+    return torch.cat([p.to(torch.promote_types(p.dtype, parts[0].dtype)) for p in parts])
+
+
+def _template(t: torch.Tensor) -> torch.Tensor:
+    """A tensor with ``t``'s shape, dtype and device, holding one element (stride 0)."""
+    return t.new_empty((1,) * t.dim()).expand(t.shape)
 
 
 def _leaves(at: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
@@ -195,7 +207,8 @@ def _leaves(at: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
 
 
 def _shifted(at: Sequence[torch.Tensor], u: Sequence[torch.Tensor], t: float) -> tuple:
-    return tuple(x.detach() + t * d for x, d in zip(at, u, strict=True))
+    """``at + t u``: new tensors (one allocation each)."""
+    return tuple(torch.add(x.detach(), d, alpha=t) for x, d in zip(at, u, strict=True))
 
 
 def _outputs(call: Call, at: Sequence[torch.Tensor], fresh: bool = False
@@ -210,7 +223,9 @@ def _grad(
     v: Sequence[torch.Tensor],
     create_graph: bool = False,
 ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-    """Backward at ``at`` with incoming gradient ``v``: (the leaves, their gradients)."""
+    """Backward at ``at`` with incoming gradient ``v``: (the leaves, their gradients).
+    The Function gets copies of the leaves: one that edits its input in place (mark_dirty)
+    may not edit a leaf."""
     leaves = _leaves(at)
     with torch.enable_grad():
         outs = quietly(lambda: call(*leaves))
@@ -223,9 +238,7 @@ def _grad(
     return leaves, grads
 
 
-def _second(
-    total: torch.Tensor, wrt: Sequence[torch.Tensor]
-) -> tuple[torch.Tensor, ...]:
+def _second(total: torch.Tensor, wrt: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
     """The gradient of ``total`` (built with create_graph) with respect to ``wrt``."""
     if not total.requires_grad:  # no graph at all: every second derivative is zero
         return tuple(torch.zeros_like(w) for w in wrt)
@@ -252,9 +265,7 @@ def incoming_untouched(call: Call, at: tuple[torch.Tensor, ...],
     v = [_randn(o, s.generator) for o in outs]
     kept = [w.clone() for w in v]
     _attempt(lambda: _grad(call, at, v), "backward")
-    changed = [
-        i for i, (w, k) in enumerate(zip(v, kept, strict=True)) if not torch.equal(w, k)
-    ]
+    changed = [i for i, (w, k) in enumerate(zip(v, kept, strict=True)) if not torch.equal(w, k)]
     if changed:
         raise Failed("modified-incoming", (
             f"the incoming gradient of output(s) {', '.join(map(str, changed))} was changed "
@@ -271,8 +282,8 @@ def linearity(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torch.Ten
     v1 = [_randn(o, s.generator) for o in outs]
     v2 = [_randn(o, s.generator) for o in outs]
     # Signed factors of size 0.5 to 2, so that neither term is negligible.
-    size = torch.rand(2, generator=s.generator, dtype=torch.float64) * 1.5 + 0.5
-    sign = torch.randint(0, 2, (2,), generator=s.generator) * 2 - 1
+    size = torch.rand(2, generator=s.generator, dtype=torch.float64, device="cpu") * 1.5 + 0.5
+    sign = torch.randint(0, 2, (2,), generator=s.generator, device="cpu") * 2 - 1
     a, b = (float(c) for c in size * sign)
     combined = [(p * a).add_(q, alpha=b) for p, q in zip(v1, v2, strict=True)]
     along, scale = [], 0.0
@@ -312,10 +323,7 @@ class Tally:
     undecided: list[str] = dataclasses.field(default_factory=list)
 
     def why(self) -> str:
-        counts = {
-            reason: self.undecided.count(reason)
-            for reason in dict.fromkeys(self.undecided)
-        }
+        counts = {reason: self.undecided.count(reason) for reason in dict.fromkeys(self.undecided)}
         return ", ".join(f"{reason} in {count}" for reason, count in counts.items())
 
 
@@ -328,9 +336,7 @@ def _difference(along: Callable[[float], torch.Tensor], c: float, s: Settings,
     return dataclasses.replace(found, value=found.value / c)
 
 
-def _vector_error(
-    analytic: torch.Tensor, estimate: torch.Tensor, floor: float
-) -> float:
+def _vector_error(analytic: torch.Tensor, estimate: torch.Tensor, floor: float) -> float:
     """|analytic - estimate| / max(|analytic|, |estimate|, floor): the relative error, where
     ``floor`` (a size below which a derivative is rounding) keeps a zero derivative from being
     judged against its own rounding. A NaN or inf in ``analytic`` is an infinite error."""
@@ -366,7 +372,7 @@ def _worst(tally: Tally, s: Settings, what: str) -> float:
 
 
 def _decided_text(tally: Tally, wanted: int, what: str) -> str:
-    """ "2 HVPs + mixed (error < 1e-8)", or how many decided, and why the others did not."""
+    """"2 HVPs + mixed (error < 1e-8)", or how many decided, and why the others did not."""
     if len(tally.errors) >= wanted and not tally.undecided:
         return f"{wanted} {what} ({_error_text(max(tally.errors))})"
     if not tally.errors:
@@ -375,9 +381,8 @@ def _decided_text(tally: Tally, wanted: int, what: str) -> str:
             f"{len(tally.undecided)} undecided: {tally.why()})")  # fmt: skip
 
 
-def vjp_directions(
-    call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torch.Tensor], s: Settings
-) -> Tally:
+def vjp_directions(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torch.Tensor],
+                   s: Settings) -> Tally:
     """uᵀ(Jᵀv) from backward against the central difference of vᵀf along u, for random
     signed v and u (u drawn again, up to three times, where no step decides)."""  # fmt: skip
     c = _direction_scale(at)
@@ -385,6 +390,9 @@ def vjp_directions(
     for _ in range(s.directions):
         v = [_randn(o, s.generator) for o in outs]
         g = _attempt(lambda v=v: _grad(call, at, v)[1], "backward")
+        # Below this, a derivative is negligible beside what vᵀf varies by over c (corrcoef
+        # of two observations is constant: both derivatives are 1e-16 noise).
+        floor = NEGLIGIBLE[s.dtype] * norm(v) * norm(outs) / c
         for _ in range(3):
             u = [_randn(x, s.generator) for x in at]
             analytic = float(dot(g, u))
@@ -392,14 +400,12 @@ def vjp_directions(
             def along(t: float, u: list = u, v: list = v) -> torch.Tensor:
                 return dot(v, _outputs(call, _shifted(at, u, c * t), fresh=True))
 
-            found = _attempt(
-                lambda along=along, g=g: _difference(along, c, s, norm(g)), "forward"
-            )
+            found = _attempt(lambda along=along, g=g: _difference(along, c, s, norm(g)), "forward")
             if found.value is None:
                 tally.undecided.append(found.reason)
                 continue
             estimate = float(found.value)
-            error = abs(analytic - estimate) / max(norm(g) + abs(estimate), 1e-300)
+            error = abs(analytic - estimate) / max(norm(g) + abs(estimate), floor, 1e-300)
             tally.errors.append(error if math.isfinite(analytic) else math.inf)
             break
     _worst(tally, s, "the first derivative (vector-Jacobian product)")
@@ -409,24 +415,18 @@ def vjp_directions(
 NON_FINITE_SECOND = "NaN or inf in the second derivative"
 
 
-def _analytic_second(
-    call: Call,
-    at: tuple[torch.Tensor, ...],
-    v: Sequence[torch.Tensor],
-    u: Sequence[torch.Tensor],
-) -> tuple[torch.Tensor, torch.Tensor, float]:
+def _analytic_second(call: Call, at: tuple[torch.Tensor, ...], v: Sequence[torch.Tensor],
+                     u: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, float]:
     """The Hessian-vector product of vᵀf along u and the mixed term J u, by double backward
     (an incoming gradient that requires grad, as in a gradient penalty), flat; and |g|."""
     incoming = [w.clone().requires_grad_() for w in v]
     leaves, g = _grad(call, at, incoming, create_graph=True)
     with torch.enable_grad():
         second = _second(dot(g, u), [*leaves, *incoming])
-    return _flat(second[: len(leaves)]), _flat(second[len(leaves) :]), norm(g)
+    return _flat(second[: len(leaves)]), _flat(second[len(leaves):]), norm(g)
 
 
-def finite_second_derivative(
-    call: Call, at: tuple[torch.Tensor, ...], s: Settings
-) -> None:
+def finite_second_derivative(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> None:
     """One Hessian-vector product and mixed term, which must be finite where the outputs and
     the first derivative are (a NaN compares as neither equal nor unequal: it is looked for)."""
     outs = _outputs(call, at)
@@ -451,27 +451,39 @@ def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> Tal
     A direction counts when both decide; one that no step decides is drawn again (up to
     three times as many draws as ``s.directions``)."""
     outs = _attempt(lambda: _outputs(call, at), "forward")
+    f_size = norm(outs)
+    outs = [_template(o) for o in outs]  # only their shapes are needed now
     c = _direction_scale(at)
-    rounding = torch.finfo(s.dtype).eps ** 0.5
+    rounding = NEGLIGIBLE[s.dtype]
     tally = Tally()
+
+    def along_g(u: list, v: list) -> Callable[[float], torch.Tensor]:
+        return lambda t: _flat(_grad(call, _shifted(at, u, c * t), v)[1])
+
+    def along_f(u: list) -> Callable[[float], torch.Tensor]:
+        return lambda t: _flat(_outputs(call, _shifted(at, u, c * t), fresh=True))
 
     def one() -> float | str:
         v = [_randn(o, s.generator) for o in outs]
         u = [_randn(x, s.generator) for x in at]
         hvp, mixed, g_size = _analytic_second(call, at, v, u)
-        f_size = norm(outs)
-        on_g = _difference(lambda t: _flat(_grad(call, _shifted(at, u, c * t), v)[1]), c, s,
-                           norm([hvp]))  # fmt: skip
+        # Sizes below which a second derivative is negligible: a share NEGLIGIBLE of what
+        # the gradient, and vᵀf, could change by over the direction's scale c (corrcoef of
+        # one row is constant: its HVPs are 1e-17 noise, not to be compared with each other).
+        hvp_floor = rounding * (g_size + norm(v) * f_size / c) / c
+        # The mixed term first, then freed: one vector fewer alive during the HVP's.
+        on_f = _difference(along_f(u), c, s, norm([mixed]))
+        mixed_error = None if on_f.value is None else _vector_error(
+            mixed, on_f.value, rounding * f_size / c)  # fmt: skip
+        mixed_reason = on_f.reason
+        del mixed, on_f
+        on_g = _difference(along_g(u, v), c, s, norm([hvp]))
         if on_g.value is None:
             return on_g.reason
-        hvp_error = _vector_error(hvp, on_g.value, rounding * g_size / c)
-        on_f = _difference(lambda t: _flat(_outputs(call, _shifted(at, u, c * t), fresh=True)),
-                           c, s, norm([mixed]))  # fmt: skip
-        if on_f.value is None:
-            if hvp_error > s.rtol:  # a wrong HVP is a finding on its own
-                return hvp_error
-            return on_f.reason
-        return max(hvp_error, _vector_error(mixed, on_f.value, rounding * f_size / c))
+        hvp_error = _vector_error(hvp, on_g.value, hvp_floor)
+        if mixed_error is None:
+            return hvp_error if hvp_error > s.rtol else mixed_reason  # a wrong HVP counts
+        return max(hvp_error, mixed_error)
 
     tries = 0
     while len(tally.errors) < s.directions and tries < 3 * s.directions:
@@ -487,9 +499,8 @@ def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> Tal
     return tally
 
 
-def backward_derivative_directions(
-    call: Call, at: tuple[torch.Tensor, ...], s: Settings
-) -> Tally:
+def backward_derivative_directions(call: Call, at: tuple[torch.Tensor, ...],
+                                   s: Settings) -> Tally:
     """Surrogate gradients: the derivative of uᵀg(x, v), g your backward, in a random
     direction (p, q) of (x, v), against central differences of your backward."""  # fmt: skip
     outs = _attempt(lambda: _outputs(call, at), "forward")
@@ -540,12 +551,8 @@ def _short(error: BaseException) -> str:
     return text.split(". ")[0]
 
 
-def jvp_agreement(
-    call: Call,
-    inputs: tuple[torch.Tensor, ...],
-    weights: list[torch.Tensor],
-    s: Settings,
-) -> str:
+def jvp_agreement(call: Call, inputs: tuple[torch.Tensor, ...],
+                  weights: list[torch.Tensor], s: Settings) -> str:
     """The first derivative by forward mode against reverse mode: wᵀ(J t) from a jvp against
     (wᵀJ) t from backward, for random w and t."""  # fmt: skip
     detached = tuple(x.detach() for x in inputs)
@@ -557,19 +564,11 @@ def jvp_agreement(
     _, grads = _grad(call, inputs, weights)
     forward, reverse = float(dot(weights, jvps)), float(dot(grads, tangents))
     scale = norm(grads) + abs(reverse)
-    return (
-        "agree"
-        if abs(forward - reverse) <= s.tol["rtol"] * scale + 1e-12
-        else "DISAGREE"
-    )
+    return "agree" if abs(forward - reverse) <= s.tol["rtol"] * scale + 1e-12 else "DISAGREE"
 
 
-def hvp_agreement(
-    call: Call,
-    inputs: tuple[torch.Tensor, ...],
-    weights: list[torch.Tensor],
-    s: Settings,
-) -> str:
+def hvp_agreement(call: Call, inputs: tuple[torch.Tensor, ...],
+                  weights: list[torch.Tensor], s: Settings) -> str:
     """Forward-over-reverse against reverse-over-reverse Hessian-vector products."""
     scalar = call.scalar(weights)
     vectors = tuple(_randn(x, s.generator) for x in inputs)
@@ -589,7 +588,15 @@ def hvp_agreement(
                                           materialize_grads=True)  # fmt: skip
         else:
             reverse = tuple(torch.zeros_like(x) for x in inputs)
-    return "agree" if _relative(forward, reverse) <= s.tol["rtol"] else "DISAGREE"
+    # Both zero but for rounding (copysign: 0 one way, 1e-18 the other) is agreement: the
+    # difference is judged against what an HVP of this gradient could be, too.
+    c = _direction_scale(inputs)
+    outputs = _outputs(call, inputs)
+    floor = (NEGLIGIBLE[s.dtype] * norm(vectors) / c
+             * (norm(grads) + norm(weights) * norm(outputs) / c))  # fmt: skip
+    difference = norm([a - b for a, b in zip(forward, reverse, strict=True)])
+    size = max(norm(forward), norm(reverse), floor)
+    return "agree" if difference <= s.tol["rtol"] * size else "DISAGREE"
 
 
 def first_derivative(call: Call, weights: list[torch.Tensor]) -> Callable[..., Any]:
@@ -607,12 +614,8 @@ def first_derivative(call: Call, weights: list[torch.Tensor]) -> Callable[..., A
     return first
 
 
-def third_order(
-    call: Call,
-    inputs: tuple[torch.Tensor, ...],
-    weights: list[torch.Tensor],
-    s: Settings,
-) -> str:
+def third_order(call: Call, inputs: tuple[torch.Tensor, ...], weights: list[torch.Tensor],
+                s: Settings) -> str:
     """gradgradcheck of the first derivative: the third derivative against finite
     differences."""  # fmt: skip
     first = first_derivative(call, weights)
@@ -622,21 +625,13 @@ def third_order(
     if s.gradcheck_mode == "none":
         return "skipped (too many elements for gradgradcheck's Jacobians)"
     fast = s.gradcheck_mode == "fast"
-    _run(
-        lambda: gradgradcheck(
-            first, inputs, **s.tol, fast_mode=fast, check_undefined_grad=False
-        ),
-        "gradgradcheck of the gradient",
-    )
+    _run(lambda: gradgradcheck(first, inputs, **s.tol, fast_mode=fast,
+                               check_undefined_grad=False), "gradgradcheck of the gradient")
     return "passed"
 
 
-def torch_func_support(
-    call: Call,
-    inputs: tuple[torch.Tensor, ...],
-    weights: list[torch.Tensor],
-    s: Settings,
-) -> dict[str, str]:
+def torch_func_support(call: Call, inputs: tuple[torch.Tensor, ...],
+                       weights: list[torch.Tensor], s: Settings) -> dict[str, str]:
     """Which torch.func transforms work (each linear in the input size)."""
     detached = tuple(x.detach() for x in inputs)
     scalar = call.scalar(weights)
@@ -663,16 +658,16 @@ def torch_func_support(
     return results
 
 
-def wrong_second_derivatives(
-    call: Call, at: tuple[torch.Tensor, ...], s: Settings
-) -> list[tuple[int, int]]:
+
+def wrong_second_derivatives(call: Call, at: tuple[torch.Tensor, ...],
+                             s: Settings) -> list[tuple[int, int]]:
     """Which blocks of the second derivative are wrong: pairs (j, i) where the derivative of
     the gradient with respect to input j, with respect to input i, disagrees with central
     differences (or where no step decides it). Run after a failure, to say where it is (one
     direction per input)."""  # fmt: skip
     outs = _outputs(call, at)
     c = _direction_scale(at)
-    rounding = torch.finfo(s.dtype).eps ** 0.5
+    rounding = NEGLIGIBLE[s.dtype]
     v = [_randn(o, s.generator) for o in outs]
     wrong = []
     for j in range(len(at)):
@@ -685,13 +680,12 @@ def wrong_second_derivatives(
         del leaves, g
         for i in range(len(at)):
             found = _difference(
-                lambda t, i=i, u=u: _flat([_grad(call, _shifted(at, u, c * t), v)[1][i]]), c, s,
-                norm([second[i]]),
+                lambda t, i=i, u=u: _flat(
+                    [_grad(call, _shifted(at, u, c * t), v)[1][i]]),
+                c, s, norm([second[i]]),
             )  # fmt: skip
-            if (
-                found.value is None
-                or _vector_error(_flat([second[i]]), found.value, rounding * g_size / c)
-                > s.rtol
-            ):
+            if found.value is None or _vector_error(
+                _flat([second[i]]), found.value, rounding * g_size / c
+            ) > s.rtol:
                 wrong.append((j, i))
     return wrong

@@ -84,9 +84,7 @@ class Report:
         """The verdict in one line ("supports double backward ...", or the first problem)."""
         if self.problems:
             first = self.problems[0]
-            more = (
-                f" (+{len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
-            )
+            more = f" (+{len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
             return f"PROBLEM [{first.name}] {first.summary}{more}"
         what = (
             "double backward consistent with the custom backward"
@@ -122,20 +120,14 @@ class Report:
 def render_text(report: Report) -> str:
     """The report for people: the verdict, one line per check, notes, problems in full."""
     lines = [wrap(f"{report.function}: {report.verdict}", "", "  ")]
-    lines += [
-        shorten(f"  {name:16} {result}") for name, result in report.results.items()
-    ]
+    lines += [shorten(f"  {name:16} {result}") for name, result in report.results.items()]
     if report.torch_func:
         lines.append(shorten(f"  {'torch.func':16} {_torch_func_line(report)}"))
         if any(result != "works" for result in report.torch_func.values()):
-            lines.append(
-                f"    (not required) read: {DOCS_URL + PAGES['compatibility']}"
-            )
+            lines.append(f"    (not required) read: {DOCS_URL + PAGES['compatibility']}")
     lines += [wrap(f"note: {note}", "  ", "    ") for note in report.notes]
     for problem in report.derived_only:
-        lines.append(
-            "seen only at a point derived from your inputs (judge it yourself):"
-        )
+        lines.append("seen only at a point derived from your inputs (judge it yourself):")
         lines.append(str(problem))
     lines += [str(problem) for problem in report.problems]
     return "\n".join(lines)
@@ -143,9 +135,7 @@ def render_text(report: Report) -> str:
 
 def _torch_func_line(report: Report) -> str:
     """What works and what does not, on one line (the details are in ``torch_func``)."""
-    works = [
-        name.split(" ")[0] for name, r in report.torch_func.items() if r == "works"
-    ]
+    works = [name.split(" ")[0] for name, r in report.torch_func.items() if r == "works"]
     fails = {name.split(" ")[0]: _reason(r) for name, r in report.torch_func.items()
              if r != "works"}  # fmt: skip
     parts = [f"{', '.join(works)} work"] if works else []

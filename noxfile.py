@@ -73,6 +73,17 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "--cov", "--cov-report=term-missing", *session.posargs)
 
 
+@nox.session
+def tests_models(session: nox.Session) -> None:
+    """check_model on real models (timm, transformers, torch.nn; tests/models), each verdict
+    established with plain torch. Arguments after `--` go to pytest."""
+    install(session, "models")
+    # timm without its dependencies: its torchvision is a CUDA build for torch 2.13.
+    without_deps = PYPROJECT["tool"]["double_backward"]["models-without-deps"]
+    session.install("--no-deps", "-c", CONSTRAINTS, *without_deps)
+    session.run("pytest", "tests/models", *session.posargs, env={"OMP_NUM_THREADS": "1"})
+
+
 # The torch releases the suite is run on: the pin (constraints.txt) and the newest release.
 # The lowest is pyproject's floor (see the README); tests/test_torch_versions.py checks it.
 TORCH_VERSIONS = PYPROJECT["tool"]["double_backward"]["tested-torch"]

@@ -95,10 +95,18 @@ except RuntimeError as error:
 # %%
 # ``check_model`` names the layer
 # -------------------------------
-# :func:`double_backward.check_model` runs the same gradient penalty on a copy of the model,
-# then checks each submodule on the inputs it was called with, and reports the innermost ones
-# that break, by their path in ``named_modules()``, with the op and the fix. It also compares a
-# Hessian-vector product with finite differences, which finds breaks that raise nothing.
+# :func:`double_backward.check_model` runs R1's penalty by default (``wrt="inputs"``: the
+# gradient with respect to the input with ``create_graph=True``, its squared norm, then the
+# backward to the input and the parameters; ``wrt="parameters"`` runs MAML's), on a copy of
+# the model, with a random weighting of the outputs. The report names the penalty it ran. An
+# error there is a break; to say where, it checks each submodule alone on the arguments it
+# was called with (buffers restored, the same random numbers, masks and caches as they were)
+# and reports the innermost ones that break, by their path in ``named_modules()``, with the op
+# and the fix. Then, in a float64 copy, it compares the penalty's second derivative with
+# central differences of the gradient along random directions (step chosen per direction, kink
+# crossings refused), which finds breaks that raise nothing. What it covers: that penalty, at
+# these inputs, along the directions it reports; a direction through a ReLU exactly at 0 cannot
+# decide, and when none decides the report says "could not decide", never ok.
 from double_backward import check_model
 
 print(check_model(discriminator, real))

@@ -953,6 +953,271 @@ def reentrant_checkpoint(x: torch.Tensor) -> torch.Tensor:
     return checkpoint(torch.sin, x, use_reentrant=True)
 
 
+# -- patterns from issue 27: broken Functions that used to pass at 1e3-1e5 elements, or
+# whose cause was misnamed. Each has a ``*_inputs(size)`` builder for the size sweep.
+
+
+# BROKEN: xformers' SwiGLU (xformers.ops.swiglu, _SwiGLUDecomposedFunc) computes x @ w1 and
+# x @ w2 inside forward and saves them, and its backward works on float32 copies
+# (``.float()``). The saved products have no history, so the second derivative is wrong
+# (about 0.8 of the HVP); the float32 casts make every small step round.
+class SwiGLUSavesProducts(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w1, w2):
+        gate, up = x @ w1, x @ w2
+        ctx.save_for_backward(x, w1, w2, gate, up)
+        return F.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w1, w2, gate, up = ctx.saved_tensors
+        g32, gate32, up32 = grad.float(), gate.float(), up.float()
+        sig = torch.sigmoid(gate32)
+        d_gate = (g32 * up32 * sig * (1 + gate32 * (1 - sig))).to(grad.dtype)
+        d_up = (g32 * gate32 * sig).to(grad.dtype)
+        return d_gate @ w1.T + d_up @ w2.T, x.T @ d_gate, x.T @ d_up
+
+
+def swiglu_native(x, w1, w2):
+    return F.silu(x @ w1) * (x @ w2)
+
+
+def swiglu_inputs(size, generator):
+    rows, width, hidden = max(2, size // 64), 16, 32  # about `size` elements in all
+    return (
+        torch.randn(rows, width, generator=generator, dtype=torch.float64),
+        torch.randn(width, hidden, generator=generator, dtype=torch.float64) / 4,
+        torch.randn(width, hidden, generator=generator, dtype=torch.float64) / 4,
+    )
+
+
+def _entmax15_threshold(z: torch.Tensor) -> torch.Tensor:
+    """tau with sum(clamp(z - tau, 0)^2) = 1 along the last dim (exact, by sorting)."""
+    z_sorted, _ = torch.sort(z, dim=-1, descending=True)
+    k = torch.arange(1, z.shape[-1] + 1, dtype=z.dtype)
+    mean = z_sorted.cumsum(-1) / k
+    mean_sq = (z_sorted**2).cumsum(-1) / k
+    delta = (1 - k * (mean_sq - mean**2)) / k
+    tau = mean - torch.sqrt(delta.clamp(min=0))
+    support = (tau <= z_sorted).sum(dim=-1, keepdim=True)
+    return tau.gather(-1, support - 1)
+
+
+# BROKEN: entmax's Entmax15Function (deep-spin/entmax) saves its output Y and differentiates
+# through sqrt(Y) in backward. Y is exactly 0 off the support, where sqrt has an infinite
+# derivative: the Hessian-vector product is NaN (0 * inf), everywhere the row sums spread it.
+class Entmax15(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        z = x / 2
+        z = z - z.max(dim=-1, keepdim=True).values
+        y = torch.clamp(z - _entmax15_threshold(z), min=0) ** 2
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        root = y.sqrt()
+        d = grad * root
+        q = d.sum(-1, keepdim=True) / root.sum(-1, keepdim=True)
+        return d - q * root
+
+
+def entmax15_native(x):
+    """The same map by differentiable torch operations (the threshold through autograd)."""
+    z = x / 2
+    z = z - z.max(dim=-1, keepdim=True).values
+    return torch.clamp(z - _entmax15_threshold(z), min=0) ** 2
+
+
+def entmax15_inputs(size, generator):
+    return (torch.randn(max(1, size // 10), 10, generator=generator, dtype=torch.float64) * 3,)
+
+
+# BROKEN: snntorch's Heaviside spike (snntorch.surrogate.Heaviside) returns (x > 0).float(),
+# a float32 step, and passes grad * spike back. The step is flat almost everywhere: the true
+# derivative is 0, so its backward is not the derivative (a surrogate, unmarked).
+class HeavisideFloat32(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        spike = (x > 0).float()
+        ctx.save_for_backward(spike)
+        return spike
+
+    @staticmethod
+    def backward(ctx, grad):
+        (spike,) = ctx.saved_tensors
+        return grad * spike
+
+
+def heaviside_inputs(size, generator):
+    return (torch.randn(size, generator=generator, dtype=torch.float64),)
+
+
+# BROKEN for a second backward through one graph: DGL's EdgeSoftmax
+# (dgl.ops.edge_softmax) keeps the graph on ctx.backward_cache and sets it to None in
+# backward, to free memory. One backward works (double backward included); a second one on
+# the same graph (retain_graph=True, or gradcheck's Jacobians) raises.
+class EdgeSoftmaxClearsCache(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, scores, destination, nodes):
+        e = torch.exp(scores - scores.max())  # any shift cancels within each node's edges
+        total = torch.zeros(nodes, dtype=scores.dtype).index_add_(0, destination, e)
+        out = e / total[destination]
+        ctx.backward_cache = (destination, nodes)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        destination, nodes = ctx.backward_cache
+        ctx.backward_cache = None  # free the graph early
+        (out,) = ctx.saved_tensors
+        weighted = grad * out
+        per_node = torch.zeros(nodes, dtype=grad.dtype).index_add(0, destination, weighted)
+        return weighted - out * per_node[destination], None, None
+
+
+def edge_softmax_native(scores, destination, nodes):
+    e = torch.exp(scores - scores.detach().max())
+    total = torch.zeros(nodes, dtype=scores.dtype).index_add(0, destination, e)
+    return e / total[destination]
+
+
+def edge_softmax_inputs(size, generator):
+    nodes = max(2, size // 8)
+    destination = torch.randint(0, nodes, (size,), generator=generator)
+    return (torch.randn(size, generator=generator, dtype=torch.float64), destination, nodes)
+
+
+# BROKEN: unsloth's RoPE (unsloth/kernels/rope_embedding.py, Slow_RoPE_Embedding) rotates
+# its incoming gradient in place (``dY *= cos; dY.addcmul_(...)``) and returns it. Under
+# create_graph the incoming gradient of a penalty requires grad, and the in-place edit
+# raises; without it, the caller's gradient tensor is silently overwritten.
+class RoPEInplaceGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, cos, sin):
+        ctx.save_for_backward(cos, sin)
+        return q * cos + _rotate_half(q) * sin
+
+    @staticmethod
+    def backward(ctx, dy):
+        cos, sin = ctx.saved_tensors
+        rotated = -_rotate_half(dy)
+        dy *= cos
+        dy.addcmul_(rotated, sin)
+        return dy, None, None
+
+
+def _rotate_half(t):
+    half = t.shape[-1] // 2
+    return torch.cat((-t[..., half:], t[..., :half]), dim=-1)
+
+
+def rope_native(q, cos, sin):
+    return q * cos + _rotate_half(q) * sin
+
+
+def rope_inputs(size, generator):
+    rows, dim = max(1, size // 16), 16
+    angle = torch.arange(rows, dtype=torch.float64)[:, None] * torch.linspace(0.1, 1, dim // 2,
+                                                                              dtype=torch.float64)
+    angle = torch.cat((angle, angle), dim=-1)
+    q = torch.randn(rows, dim, generator=generator, dtype=torch.float64)
+    return (q, angle.cos(), angle.sin())
+
+
+# BROKEN: torchsort's SoftRank (teddykoker/torchsort) saves a constant (1 / regularization
+# strength, a tensor that is no function of the input) and computes its backward with a
+# NumPy routine, whose result has no graph. The constant is harmless; the NumPy term is the
+# cause.
+class SoftRankNumpy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, strength):
+        scale = torch.tensor(1.0 / strength, dtype=x.dtype)
+        ctx.save_for_backward(x, scale)
+        diff = (x[..., :, None] - x[..., None, :]) * scale
+        return torch.sigmoid(diff).sum(-1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, scale = ctx.saved_tensors
+        g, xs, c = grad.detach().numpy(), x.detach().numpy(), float(scale)
+        s = 1 / (1 + np.exp(-(xs[..., :, None] - xs[..., None, :]) * c))
+        pair = c * s * (1 - s)  # d rank_i / d x_i = sum_j pair_ij; d rank_i / d x_j = -pair_ij
+        dx = g * pair.sum(-1) - np.einsum("...i,...ij->...j", g, pair)
+        return torch.from_numpy(dx), None
+
+
+def soft_rank_native(x, strength):
+    return torch.sigmoid((x[..., :, None] - x[..., None, :]) / strength).sum(-1)
+
+
+def soft_rank_inputs(size, generator):
+    return (torch.randn(max(1, size // 8), 8, generator=generator, dtype=torch.float64), 2.0)
+
+
+# BROKEN: qpth's QPFunction keeps the LU factorisation of its KKT matrix in a tuple on ctx
+# (``ctx.Q_LU = (data, pivots)``) and its dual variables as ``ctx.nus``, both made in forward
+# with no history. Modelled on a linear solve z = Q^-1 p, whose backward solves with the kept
+# factor and uses the kept solution.
+class SolveKeepsLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, p):
+        factor, pivots = torch.linalg.lu_factor(q)
+        z = torch.linalg.lu_solve(factor, pivots, p[:, None])[:, 0]
+        ctx.Q_LU = (factor, pivots)
+        ctx.nus = z.clone()  # qpth's duals: tensors of forward's, not its output
+        return z
+
+    @staticmethod
+    def backward(ctx, grad):
+        factor, pivots = ctx.Q_LU
+        dp = torch.linalg.lu_solve(factor, pivots, grad[:, None], adjoint=True)[:, 0]
+        return -dp[:, None] * ctx.nus[None, :], dp
+
+
+def solve_native(q, p):
+    return torch.linalg.solve(q, p)
+
+
+def solve_inputs(size, generator):
+    n = max(2, int(size**0.5))
+    q = torch.randn(n, n, generator=generator, dtype=torch.float64) / n**0.5
+    return (q + 2 * torch.eye(n, dtype=torch.float64), torch.randn(n, generator=generator,
+                                                                  dtype=torch.float64))
+
+
+@dataclasses.dataclass(frozen=True)
+class Pattern:
+    """A broken pattern of issue 27 at any size: its Function, inputs, twin, problem."""
+
+    id: str
+    fn: Callable[..., Any]
+    inputs: Callable[[int, torch.Generator], tuple[Any, ...]]
+    native: Callable[..., Any] | None
+    problems: frozenset[str]
+
+
+PATTERNS = [
+    Pattern("xformers-swiglu-saves-products", SwiGLUSavesProducts.apply, swiglu_inputs,
+            swiglu_native, frozenset({"saved-intermediate"})),
+    Pattern("entmax15-nan-hvp", Entmax15.apply, entmax15_inputs, entmax15_native,
+            frozenset({"non-finite-second-derivative"})),
+    Pattern("snntorch-heaviside-float32", HeavisideFloat32.apply, heaviside_inputs, None,
+            frozenset({"first-order"})),
+    Pattern("dgl-edge-softmax-clears-cache", EdgeSoftmaxClearsCache.apply,
+            edge_softmax_inputs, edge_softmax_native, frozenset({"backward-clears-state"})),
+    Pattern("unsloth-rope-inplace-grad", RoPEInplaceGrad.apply, rope_inputs, rope_native,
+            frozenset({"modifies-incoming-gradient"})),
+    Pattern("torchsort-soft-rank-numpy", SoftRankNumpy.apply, soft_rank_inputs,
+            soft_rank_native, frozenset({"no-graph"})),
+    Pattern("qpth-lu-in-a-tuple-on-ctx", SolveKeepsLU.apply, solve_inputs, solve_native,
+            frozenset({"stashed-on-ctx"})),
+]  # fmt: skip
+
+
 @dataclasses.dataclass
 class Case:
     """One corpus entry: how to call it, its native twin, and what the checker must say."""
@@ -1322,6 +1587,8 @@ def _cases() -> list[Case]:
             None,
             frozenset({"non-finite"}),
         ),
+    ] + [
+        Case(p.id, p.fn, p.inputs(40, g), p.native, p.problems) for p in PATTERNS
     ]
 
 

@@ -253,7 +253,8 @@ def test_suspicious_patterns_that_pass_are_notes(x):
     report = check(ScaleOnCtx.apply, x)
     assert report.ok, str(report)
     notes = " ".join(report.notes)
-    assert "ctx.scale in ScaleOnCtx (float64, shape ())" in notes
+    # ctx.scale is a constant (the same whatever t): no note blames it.
+    assert "ctx.scale" not in notes
     assert "marked non-differentiable and saved" in notes
 
 

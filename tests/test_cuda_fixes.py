@@ -69,3 +69,32 @@ def test_on_cuda_the_rnn_fix_works_where_cudnn_raises(mode):
         penalty()
     with torch.backends.cudnn.flags(enabled=False):
         penalty()
+
+
+class _RaisesLikeCudnnRnnInEval(torch.autograd.Function):
+    """A stand-in for cuDNN's RNN in eval mode on CPU: its backward raises cuDNN's message,
+    which names no operator."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError(CUDNN_RNN_EVAL_MESSAGE)
+
+
+class _EvalRnnStandIn(nn.Module):
+    def forward(self, x):
+        return _RaisesLikeCudnnRnnInEval.apply(x)
+
+
+def test_check_model_names_the_cudnn_eval_fix_from_the_message_alone():
+    from double_backward import check_model
+
+    model = nn.Sequential(nn.Linear(3, 3), _EvalRnnStandIn())
+    report = check_model(model, torch.randn(2, 3))
+    assert not report.ok
+    (broken,) = report.breaks
+    assert broken.fix == FIXES[CUDNN_RNN_EVAL_MESSAGE]
+    assert "cuDNN RNN" in broken.op

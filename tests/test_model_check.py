@@ -325,4 +325,22 @@ def test_the_layer_norm_fix_is_an_explicit_weight_not_f_layer_norm():
     with pytest.raises(RuntimeError, match="Expected a proper Tensor but got None"):
         penalty(None)
     penalty(torch.ones(3, dtype=torch.float64))
-    assert "weight=torch.ones(normalized_shape)" in fix_for("aten::native_layer_norm_backward")
+    assert "weight=torch.ones(normalized_shape)" in fix_for(
+        "aten::native_layer_norm_backward"
+    )
+
+
+def test_a_ddp_wrapped_model_is_pointed_to_check_distributed(tmp_path):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    # One process is enough to build the wrapper; check_model must not check it as a module.
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        ddp = DistributedDataParallel(torch.nn.Linear(3, 1))
+        with pytest.raises(TypeError, match="check_distributed") as raised:
+            check_model(ddp, torch.randn(2, 3))
+        assert "model.module" in str(raised.value)
+    finally:
+        dist.destroy_process_group()

@@ -109,7 +109,7 @@ def check(
     settings = Settings(
         dtype=dtype, directions=directions, surrogate_gradient=surrogate_gradient,
         gradcheck_mode=evidence.gradcheck_mode(numel_in, numel_out, fast_mode),
-        generator=torch.Generator().manual_seed(seed),
+        generator=torch.Generator(device="cpu").manual_seed(seed),  # draws are moved
     )  # fmt: skip
     report.results["inputs"] = ", ".join(
         f"{call.label(s)}: {describe(x)}" for s, x in zip(call.slots, inputs, strict=True)
@@ -119,8 +119,8 @@ def check(
                      causes.Structure())  # fmt: skip
     report.notes += [f"{node} is marked @once_differentiable (first-order only)."
                      for node in found.once_differentiable]  # fmt: skip
-    weights = [torch.randn(outputs[i].shape, dtype=outputs[i].dtype,  # type: ignore[union-attr]
-                           generator=settings.generator) for i in call.kept]  # fmt: skip
+    weights = [evidence.draw(outputs[i], settings.generator)  # type: ignore[arg-type]
+               for i in call.kept]  # fmt: skip
 
     if points is None:
         points = 1 if settings.gradcheck_mode == "none" else 2
@@ -310,11 +310,21 @@ def _check_point(call: Call, at: tuple[torch.Tensor, ...], where: str, s: Settin
     try:
         report.results[f"order 1, {where_short}"] = evidence.first_order(call, at, s)
     except Failed as failure:
+        if failure.kind == "undecided":
+            report.results[f"order 1, {where_short}"] = "UNDECIDED"
+            return _undecided_problem(failure, where, s)
         report.results[f"order 1, {where_short}"] = "FAILED"
+        if failure.kind == "raised":
+            cleared = _guarded(report, "graph", lambda: causes.cleared_state(call, at), [])
+            if cleared:
+                return causes.clears_state_problem(cleared, f"{where}: {failure}")
         return _first_order_problem(failure, where)
     try:
         report.results[f"order 2, {where_short}"] = evidence.second_order(call, at, s)
     except Failed as failure:
+        if failure.kind == "undecided":
+            report.results[f"order 2, {where_short}"] = "UNDECIDED"
+            return _undecided_problem(failure, where, s)
         report.results[f"order 2, {where_short}"] = "FAILED"
         _guarded(report, "graph", lambda: _read_failure(call, at, weights, s, found))
         return causes.cause_of_second_order_failure(failure, found, where)
@@ -324,6 +334,7 @@ def _check_point(call: Call, at: tuple[torch.Tensor, ...], where: str, s: Settin
 def _read_failure(call: Call, at: tuple[torch.Tensor, ...], weights: list[torch.Tensor],
                   s: Settings, found: causes.Structure) -> None:
     """What the graph and a watched backward say about a second-order failure."""  # fmt: skip
+    found.cleared_state = causes.cleared_state(call, at)
     found.not_reaching = causes.not_reaching(call, at, weights)
     try:
         causes.watch_backward(call, at, found, weights)
@@ -332,6 +343,31 @@ def _read_failure(call: Call, at: tuple[torch.Tensor, ...], weights: list[torch.
             found.untracked_terms = causes.untracked_terms(call, at, weights, s)
     except Exception:  # noqa: BLE001 - double backward may raise: the graph rules remain
         found.untracked_terms = []
+
+
+def _undecided_problem(failure: Failed, where: str, s: Settings) -> Problem:
+    """Nothing was seen: no direction's central differences could decide, and the inputs
+    are too large for gradcheck's Jacobians. Never a pass."""
+    why = (
+        "A kink was crossed: the Function is not differentiable along these directions at "
+        "these inputs (a ReLU, abs or max whose input is exactly at its kink, a sort with "
+        "ties). " if "kink crossed" in failure.text else ""
+    )  # fmt: skip
+    if "steps disagree" in failure.text:
+        why += (
+            "The central differences disagree at every step: rounding swamps them (a part "
+            "computed in a lower precision than the check, e.g. a cast to float32) or the "
+            "function is not smooth there. "
+        )  # fmt: skip
+    if "non-finite" in failure.text:
+        why += "The Function returns NaN or inf next to these inputs. "
+    precision = "" if s.dtype == torch.float64 else "check in float64 (dtype=torch.float64), "
+    return Problem("undecided", (
+        f"could not decide at these inputs: {failure.text} {why}Nothing was verified, so "
+        f"this is not a pass. Try other inputs (away from kinks and ties), {precision}or a "
+        f"smaller size (up to {evidence.FULL_MODE_UP_TO} elements, where gradcheck's "
+        f"Jacobians decide). Seen at {where}."
+    ), "check")  # fmt: skip
 
 
 def _first_order_problem(failure: Failed, where: str) -> Problem:
@@ -343,6 +379,15 @@ def _first_order_problem(failure: Failed, where: str) -> Problem:
             "how the loss is written, and double backward differentiates a map that is no "
             f"vector-Jacobian product. Seen at {seen}"
         ), "surrogate")  # fmt: skip
+    if failure.kind == "modified-incoming":
+        return Problem("modifies-incoming-gradient", (
+            "backward modified its incoming gradient in place (e.g. dY *= cos, "
+            "dY.addcmul_(...)). Autograd hands backward the caller's own tensor, and may hand "
+            "the same one to other consumers, so their gradients are silently changed; in a "
+            "gradient penalty the incoming gradient requires grad and the in-place edit "
+            "raises. Work on a new tensor (dY = dY * cos), or clone it first. "
+            f"Seen at {seen}"
+        ), "inplace")  # fmt: skip
     if failure.kind == "raised":
         return Problem("backward-raised", (
             f"the first backward raises an error, so nothing else was checked. Seen at {seen}"

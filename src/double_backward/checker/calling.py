@@ -131,7 +131,8 @@ def dot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> torch.Tensor:
     PyTorch's convention for complex inputs (the gradient is the conjugate Wirtinger
     derivative times two, so that ``grad = d/d(re) + i d/d(im)``).
     """
-    total = torch.zeros((), dtype=torch.float64)
+    device = a[0].device if a else "cpu"  # the inputs' device, never the default one
+    total = torch.zeros((), dtype=torch.float64, device=device)
     for x, y in zip(a, b, strict=True):
         x, y = _as_real(x).reshape(-1), _as_real(y).reshape(-1)
         if x.numel():  # torch.dot: no temporary as large as the tensors
@@ -140,7 +141,8 @@ def dot(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def _as_real(t: torch.Tensor) -> torch.Tensor:
-    return torch.view_as_real(t) if t.is_complex() else t
+    # An output may be a lazily conjugated view (fft.ifft's), which view_as_real refuses.
+    return torch.view_as_real(t.resolve_conj()) if t.is_complex() else t
 
 
 def norm(tensors: Sequence[torch.Tensor]) -> float:
@@ -181,8 +183,8 @@ def derived_point(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     A small relative change keeps what the Function may need of its input: signs, zeros,
     an interval, a positive-definite or well-conditioned matrix.
     """
-    e = torch.rand(x.shape, generator=generator, dtype=real_dtype(x)) * 2 - 1
-    return x * (1 + PERTURBATION * e)
+    e = torch.rand(x.shape, generator=generator, dtype=real_dtype(x), device="cpu") * 2 - 1
+    return x * (1 + PERTURBATION * e.to(x.device))  # drawn on the CPU: the same everywhere
 
 
 def preview(x: torch.Tensor, count: int = 4) -> str:

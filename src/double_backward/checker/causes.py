@@ -17,7 +17,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..graph_walks import reaches
 from .calling import Call, describe, differentiable, flatten, quietly
-from .evidence import Failed, Settings, wrong_second_derivatives
+from .evidence import NON_FINITE_SECOND, Failed, Settings, wrong_second_derivatives
 from .report import Problem
 
 _ONCE_DIFFERENTIABLE_MESSAGE = "marked with @once_differentiable"
@@ -39,6 +39,7 @@ class Structure:
     # input, as (gradient's input, input) labels; what backward did outside autograd.
     untracked_terms: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     backward_untracked: list[str] = dataclasses.field(default_factory=list)
+    cleared_state: list[str] = dataclasses.field(default_factory=list)  # by one backward
     backward_used: set[int] | None = None  # data_ptrs the backward's torch ops read
     pointers: dict[str, int] = dataclasses.field(default_factory=dict)  # entry -> data_ptr
 
@@ -93,27 +94,27 @@ def structure(
     found.what = "custom" if custom else ("composite" if nodes else "builtin")
     tensor_outputs = [o for o in outputs if isinstance(o, torch.Tensor)]
     constants = call.constants()
-    for node in nodes:
+    elsewhere = _kept_at_another_point(call, inputs, len(nodes))
+    for number, node in enumerate(nodes):
         name = getattr(node, "_forward_cls", type(node)).__name__
         if is_once_differentiable(node):
             found.once_differentiable.append(f"{name}.backward")
-        for attribute, value in sorted(vars(node).items()):
-            if differentiable(value) and not value.requires_grad:
+        for attribute, value in _ctx_tensors(node):
+            if (differentiable(value) and not value.requires_grad
+                    and not _constant(value, elsewhere, (number, attribute))):  # fmt: skip
                 found.stashed.append(f"ctx.{attribute} in {name} ({describe(value)})")
                 found.pointers[found.stashed[-1]] = value.data_ptr()
-        try:
-            saved = node.saved_tensors
-        except RuntimeError:  # already freed, or unpack refused: nothing to name
-            saved = ()
-        for index, tensor in enumerate(saved):
+        for index, tensor in enumerate(_saved(node)):
             if not differentiable(tensor) or tensor.requires_grad:
                 continue  # integers never need history; a tensor with history is fine
             where = f"saved tensor #{index} of {name} ({describe(tensor)})"
             marked = (tensor.data_ptr(), tensor.shape) in call.marked
             if marked or any(_same(tensor, out) for out in tensor_outputs):
                 found.saved_non_differentiable_outputs.append(where)
-            elif not any(_same(tensor, x) for x in (*inputs, *constants)):
-                # Not an input we differentiate, nor a constant the caller passed.
+            elif not any(_same(tensor, x) for x in (*inputs, *constants)) and not _constant(
+                tensor, elsewhere, (number, index)
+            ):
+                # Not an input we differentiate, nor a constant: made from the inputs.
                 found.saved_intermediates.append(where)
                 found.pointers[where] = tensor.data_ptr()
         # One metadata entry per output of forward, even those a wrapper drops.
@@ -121,6 +122,101 @@ def structure(
         if count > 1:
             found.multi_output.append(f"{name} ({count} outputs)")
     return found
+
+
+def clears_state_problem(cleared: list[str], seen: str) -> Problem:
+    return Problem("backward-clears-state", (
+        f"backward clears state it needs ({'; '.join(cleared)}) after one call, so a second "
+        "backward through the same graph fails. Double backward makes one whenever the "
+        "gradient depends on a saved output (its derivative runs this backward again), and "
+        "so do retain_graph=True and gradcheck. Leave the attribute as it is (autograd frees "
+        f"ctx with the graph), or keep tensors with save_for_backward. Seen: {seen}"
+    ))  # fmt: skip
+
+
+def cleared_state(call: Call, at: Sequence[torch.Tensor]) -> list[str]:
+    """The ctx attributes that one backward set to None or deleted (state freed early, e.g.
+    ``ctx.backward_cache = None``), each named with its Function."""
+    with torch.enable_grad():
+        leaves = tuple(x.detach().requires_grad_() for x in at)
+        all_outputs = quietly(lambda: call.outputs(*leaves))
+        outputs = [all_outputs[i] for i in call.kept]
+        nodes = custom_nodes(outputs)
+        before = [[k for k, v in vars(n).items() if v is not None] for n in nodes]
+        total = sum((o * torch.ones_like(o)).sum().real for o in outputs)
+        try:
+            quietly(lambda: torch.autograd.grad(total, leaves, allow_unused=True,
+                                                retain_graph=True))  # fmt: skip
+        except Exception:  # noqa: BLE001 - what matters is the state left behind
+            pass
+    return [
+        f"ctx.{key} in {getattr(node, '_forward_cls', type(node)).__name__}"
+        for node, keys in zip(nodes, before, strict=True)
+        for key in keys
+        if vars(node).get(key) is None
+    ]
+
+
+def _saved(node: Any) -> tuple[Any, ...]:
+    try:
+        return tuple(node.saved_tensors)
+    except RuntimeError:  # already freed, or unpack refused: nothing to name
+        return ()
+
+
+def _ctx_tensors(node: Any) -> list[tuple[str, Any]]:
+    """The ctx attributes, with tensors inside tuples, lists and dicts named by their place
+    (``Q_LU[0]``: qpth keeps an LU factor and its pivots in a tuple)."""
+    found: list[tuple[str, Any]] = []
+
+    def visit(name: str, value: Any, depth: int) -> None:
+        if isinstance(value, (tuple, list)) and depth < 3:
+            for i, item in enumerate(value):
+                visit(f"{name}[{i}]", item, depth + 1)
+        elif isinstance(value, dict) and depth < 3:
+            for key, item in value.items():
+                visit(f"{name}[{key!r}]", item, depth + 1)
+        else:
+            found.append((name, value))
+
+    for attribute, value in sorted(vars(node).items()):
+        visit(attribute, value, 0)
+    return found
+
+
+def _kept_at_another_point(call: Call, inputs: Sequence[torch.Tensor], count: int
+                           ) -> dict[tuple[int, int | str], torch.Tensor] | None:  # fmt: skip
+    """What each custom Function saved (by node and index) or kept on ctx (by node and
+    attribute) when called at other inputs (each moved by half its own size, at random, so
+    that signs and masks change too): a tensor identical there is a constant (a weight, a
+    scale), not a result made from the inputs. None when the call there fails or builds
+    another graph."""
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    moved = []
+    for x in inputs:
+        size = max(float(x.detach().abs().pow(2).mean()) ** 0.5 if x.numel() else 0.0, 1.0)
+        drawn = torch.randn(x.shape, generator=generator, dtype=x.dtype, device="cpu")
+        moved.append(x.detach() + 0.5 * size * drawn.to(x.device))
+    try:
+        with torch.enable_grad():
+            leaves = [x.requires_grad_() for x in moved]
+            all_outputs = quietly(lambda: call.outputs(*leaves, fresh=True))
+            nodes = custom_nodes([all_outputs[i] for i in call.kept])
+    except Exception:  # noqa: BLE001 - no comparison: every tensor counts as made from inputs
+        return None
+    if len(nodes) != count:
+        return None
+    kept: dict[tuple[int, int | str], torch.Tensor] = {}
+    for number, node in enumerate(nodes):
+        kept.update({(number, i): t for i, t in enumerate(_saved(node))})
+        kept.update({(number, a): t for a, t in _ctx_tensors(node)})
+    return kept
+
+
+def _constant(tensor: torch.Tensor, elsewhere: dict | None, key: tuple[int, int | str]) -> bool:
+    other = None if elsewhere is None else elsewhere.get(key)
+    return (isinstance(other, torch.Tensor) and other.shape == tensor.shape
+            and other.dtype == tensor.dtype and torch.equal(other, tensor))  # fmt: skip
 
 
 def not_reaching(
@@ -159,6 +255,17 @@ def cause_of_second_order_failure(failure: Failed, found: Structure, where: str)
             "cannot record. Use the operation's ordinary form (torch.mul(a, b), not "
             f"torch.mul(a, b, out=buf)). Seen: {seen}"
         ), "inplace")  # fmt: skip
+    if failure.kind == "raised" and found.cleared_state:
+        return clears_state_problem(found.cleared_state, seen)
+    if NON_FINITE_SECOND in text:
+        return Problem("non-finite-second-derivative", (
+            "the second derivative is NaN or inf where the outputs and the first derivative "
+            "are finite: backward applies an operation whose derivative is infinite at values "
+            "it meets (sqrt or a power below 1 at 0, log at 0, a division by 0), and double "
+            "backward multiplies that infinity by zero. Write backward so that no operation "
+            "is differentiated at its singular point (e.g. torch.where(y > 0, y, 1).sqrt() * "
+            f"(y > 0) instead of y.sqrt()). Seen: {seen}"
+        ), "deriving")  # fmt: skip
     if failure.kind == "raised" and _NO_GRAPH_MESSAGE not in text:
         # An error says more than any pattern: an operator with no double backward, a
         # NotImplementedError. Tried before the graph rules, which fit any linear input.

@@ -79,7 +79,8 @@ def _literal(text: str) -> Any:
 
 def _int_tensor(text: str) -> torch.Tensor:
     try:
-        return torch.tensor([int(v) for v in text.split(",") if v.strip()], dtype=torch.int64)
+        return torch.tensor([int(v) for v in text.split(",") if v.strip()], dtype=torch.int64,
+                            device="cpu")  # fmt: skip
     except ValueError as error:
         raise argparse.ArgumentTypeError(
             f"an integer tensor is integers separated by commas, e.g. 0,2,1, got {text!r}"
@@ -93,13 +94,23 @@ def _keyword(text: str) -> tuple[str, Any]:
     return name, _literal(value)
 
 
+ON_CPU = {"dtype": torch.float64, "device": "cpu"}
 DOMAINS = {
-    "real": lambda shape, g: torch.randn(shape, generator=g, dtype=torch.float64),
-    "positive": lambda shape, g: torch.rand(shape, generator=g, dtype=torch.float64) * 2 + 0.1,
-    "negative": lambda shape, g: -(torch.rand(shape, generator=g, dtype=torch.float64) * 2 + 0.1),
-    "unit": lambda shape, g: torch.rand(shape, generator=g, dtype=torch.float64) * 1.8 - 0.9,
-    "complex": lambda shape, g: torch.randn(shape, generator=g, dtype=torch.complex128),
+    "real": lambda shape, g: torch.randn(shape, generator=g, **ON_CPU),
+    "positive": lambda shape, g: torch.rand(shape, generator=g, **ON_CPU) * 2 + 0.1,
+    "negative": lambda shape, g: -(torch.rand(shape, generator=g, **ON_CPU) * 2 + 0.1),
+    "unit": lambda shape, g: torch.rand(shape, generator=g, **ON_CPU) * 1.8 - 0.9,
+    "complex": lambda shape, g: torch.randn(shape, generator=g, device="cpu",
+                                            dtype=torch.complex128),  # fmt: skip
 }
+
+
+def _device(text: str) -> torch.device:
+    """A device argument, e.g. cpu, cuda, cuda:1."""
+    try:
+        return torch.device(text)
+    except RuntimeError as error:
+        raise argparse.ArgumentTypeError(f"not a device: {text!r} ({error})") from error
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -148,6 +159,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="seed of the random inputs and directions (the checker's, not "
                         "the Function's: use --kwarg seed=N for that)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--device", type=_device, default=torch.device("cpu"),
+                        help="device of the random inputs, e.g. cuda (default cpu); "
+                        "every tensor the check makes follows it")  # fmt: skip
     return parser
 
 
@@ -159,17 +173,20 @@ def _arguments(args: argparse.Namespace) -> tuple[tuple[Any, ...], dict[str, Any
         if isinstance(made, tuple) and len(made) == 2 and isinstance(made[1], dict):
             return tuple(made[0]), {**made[1], **kwargs}
         return (tuple(made) if isinstance(made, (tuple, list)) else (made,)), kwargs
-    generator = torch.Generator().manual_seed(args.seed)
+    # Drawn on the CPU, then moved: the same seed gives the same inputs on every device.
+    generator = torch.Generator(device="cpu").manual_seed(args.seed)
     shapes = args.shape or [(3,)]
     if args.range is not None:
         low, high = args.range
-        inputs = [torch.rand(s, generator=generator, dtype=torch.float64) * (high - low) + low
+        inputs = [torch.rand(s, generator=generator, **ON_CPU) * (high - low) + low
                   for s in shapes]  # fmt: skip
     else:
         inputs = [DOMAINS[args.domain](s, generator) for s in shapes]
     dtype = getattr(torch, args.dtype)
-    inputs = [x.to(dtype.to_complex() if x.is_complex() else dtype) for x in inputs]
-    return (*inputs, *args.extra), kwargs
+    inputs = [x.to(dtype.to_complex() if x.is_complex() else dtype).to(args.device)
+              for x in inputs]  # fmt: skip
+    extra = [x.to(args.device) if isinstance(x, torch.Tensor) else x for x in args.extra]
+    return (*inputs, *extra), kwargs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,7 @@ checks compare the derivative of *your backward* with central differences of you
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ import torch
 from torch.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
 
 from .calling import Call, dot, norm, quietly
+from .finite_differences import Difference, central_difference
 
 FULL_MODE_UP_TO = 100  # elements of the differentiated inputs, all together
 JACOBIAN_ENTRIES = 1_000_000  # the largest Jacobian torch may build (8 MB in float64)
@@ -39,17 +41,25 @@ TOLERANCES = {
     torch.float16: {"eps": 1e-2, "atol": 1e-1, "rtol": 1e-1},
     torch.bfloat16: {"eps": 1e-2, "atol": 1e-1, "rtol": 1e-1},
 }
-# Directional checks: relative step of the central differences and the relative error
-# above which a direction fails. float64's 1e-3 gives the detection bound on plot_16.
+# Directional checks: the relative error above which a direction fails (its central
+# differences choose their own step: finite_differences). float64's 1e-3 gives the detection
+# bound on plot_16.
 DIRECTIONAL = {
-    torch.float64: {"step": 1e-6, "rtol": 1e-3},
-    torch.float32: {"step": 1e-3, "rtol": 2e-2},
-    torch.float16: {"step": 1e-2, "rtol": 2e-1},
-    torch.bfloat16: {"step": 1e-2, "rtol": 2e-1},
+    torch.float64: {"rtol": 1e-3},
+    torch.float32: {"rtol": 2e-2},
+    torch.float16: {"rtol": 2e-1},
+    torch.bfloat16: {"rtol": 2e-1},
 }
-# A direction whose one-sided differences disagree on more than this share of the elements
-# crosses kinks everywhere: it is inconclusive, and another is drawn.
-NON_SMOOTH_SHARE = 0.1
+# A second derivative smaller than this share of the scale the gradient (and vᵀf) varies on
+# is negligible: its error is judged against that floor, not against itself (logcumsumexp
+# over a sample holding 1e4: an HVP of 5e-12 against central differences of exactly 0, for
+# a gradient of size 1). gradgradcheck's atol (1e-5) plays the same part.
+NEGLIGIBLE = {
+    torch.float64: 1e-6,
+    torch.float32: 1e-3,
+    torch.float16: 1e-2,
+    torch.bfloat16: 1e-2,
+}
 CHUNK = 1 << 16  # elements per chunk of the comparisons: their temporaries stay small
 
 
@@ -119,23 +129,27 @@ def _run(compute: Callable[[], object], what: str) -> None:
 
 
 def first_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
-    """gradcheck (when small), linearity in the incoming gradient, signed directions."""
+    """The incoming gradient left as it was, gradcheck (when small), linearity in the
+    incoming gradient, signed directions."""
+    outs = _attempt(lambda: _outputs(call, at), "forward")
+    incoming_untouched(call, at, outs, s)
     done = []
     if s.gradcheck_mode != "none" and not s.surrogate_gradient:
         fast = s.gradcheck_mode == "fast"
         _run(lambda: gradcheck(call, at, **s.tol, fast_mode=fast), "gradcheck")
         done.append(f"gradcheck {s.gradcheck_mode}")
-    outs = _attempt(lambda: _outputs(call, at), "forward")
     linearity(call, at, outs, s)
     if s.surrogate_gradient:  # the first derivative is taken as given
         return "passed: linear in grad_out (surrogate: taken as given)"
-    worst = vjp_directions(call, at, outs, s)
-    return "passed: " + ", ".join([*done, "linear", f"{s.directions} VJPs ({_error_text(worst)})"])
+    tally = vjp_directions(call, at, outs, s)
+    return "passed: " + ", ".join([*done, "linear", _decided_text(tally, s.directions, "VJPs")])
 
 
 def second_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
     """gradgradcheck (when small), then Hessian-vector products and mixed terms in
     directions."""
+    if not s.surrogate_gradient:
+        _attempt(lambda: finite_second_derivative(call, at, s), "double backward")
     done = []
     if s.gradcheck_mode != "none":
         fast = s.gradcheck_mode == "fast"
@@ -145,25 +159,47 @@ def second_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
         ), "gradgradcheck")  # fmt: skip
         done.append(f"gradgradcheck {s.gradcheck_mode}")
     if s.surrogate_gradient:
-        worst = backward_derivative_directions(call, at, s)
-        done.append(f"{s.directions} directions ({_error_text(worst)})")
+        tally = backward_derivative_directions(call, at, s)
+        done.append(_decided_text(tally, s.directions, "directions"))
     else:
-        worst = hvp_directions(call, at, s)
-        done.append(f"{s.directions} HVPs + mixed ({_error_text(worst)})")
+        tally = hvp_directions(call, at, s)
+        done.append(_decided_text(tally, s.directions, "HVPs + mixed"))
     return "passed: " + ", ".join(done)
 
 
 # -- directions -------------------------------------------------------------------------
 
 
-def _randn(like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    return torch.randn(like.shape, generator=generator, dtype=like.dtype)
+def draw(like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """A standard normal draw shaped like ``like``, drawn on the CPU (so the same seed gives
+    the same draw on every device), then moved to ``like``'s device."""
+    drawn = torch.randn(like.shape, generator=generator, dtype=like.dtype, device="cpu")
+    return drawn.to(like.device)
 
 
-def _step(at: Sequence[torch.Tensor], s: Settings) -> float:
-    """The step of the central differences, relative to the inputs' magnitude."""
-    rms = max(float(x.detach().abs().pow(2).mean()) ** 0.5 if x.numel() else 0.0 for x in at)
-    return DIRECTIONAL[s.dtype]["step"] * max(1.0, rms)
+_randn = draw
+
+
+def _direction_scale(at: Sequence[torch.Tensor]) -> float:
+    """The scale of a direction: t = 1 moves the inputs by about their own magnitude (at
+    least 1), so the steps of :func:`central_difference` are relative."""
+    return max([1.0, *(float(x.detach().abs().pow(2).mean()) ** 0.5 for x in at if x.numel())])
+
+
+def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The tensors as one flat vector (complex ones as pairs of reals), for the differences."""
+    parts = [torch.view_as_real(t.resolve_conj()).reshape(-1) if t.is_complex()
+             else t.reshape(-1) for t in tensors]  # fmt: skip
+    if not parts:
+        return torch.zeros(0, dtype=torch.float64, device="cpu")
+    if len(parts) == 1:
+        return parts[0]  # a view: no copy
+    return torch.cat([p.to(torch.promote_types(p.dtype, parts[0].dtype)) for p in parts])
+
+
+def _template(t: torch.Tensor) -> torch.Tensor:
+    """A tensor with ``t``'s shape, dtype and device, holding one element (stride 0)."""
+    return t.new_empty((1,) * t.dim()).expand(t.shape)
 
 
 def _leaves(at: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
@@ -171,7 +207,8 @@ def _leaves(at: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
 
 
 def _shifted(at: Sequence[torch.Tensor], u: Sequence[torch.Tensor], t: float) -> tuple:
-    return tuple(x.detach() + t * d for x, d in zip(at, u, strict=True))
+    """``at + t u``: new tensors (one allocation each)."""
+    return tuple(torch.add(x.detach(), d, alpha=t) for x, d in zip(at, u, strict=True))
 
 
 def _outputs(call: Call, at: Sequence[torch.Tensor], fresh: bool = False
@@ -186,7 +223,9 @@ def _grad(
     v: Sequence[torch.Tensor],
     create_graph: bool = False,
 ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-    """Backward at ``at`` with incoming gradient ``v``: (the leaves, their gradients)."""
+    """Backward at ``at`` with incoming gradient ``v``: (the leaves, their gradients).
+    The Function gets copies of the leaves: one that edits its input in place (mark_dirty)
+    may not edit a leaf."""
     leaves = _leaves(at)
     with torch.enable_grad():
         outs = quietly(lambda: call(*leaves))
@@ -217,6 +256,23 @@ def _attempt(compute: Callable[[], Any], what: str) -> Any:
         raise Failed("raised", f"{what} raised", error) from error
 
 
+def incoming_untouched(call: Call, at: tuple[torch.Tensor, ...],
+                       outs: Sequence[torch.Tensor], s: Settings) -> None:  # fmt: skip
+    """One backward with a random incoming gradient, which must come out of it unchanged:
+    autograd may hand the same tensor to other consumers (and hands the caller's own tensor
+    to backward), so a backward that edits it in place corrupts gradients elsewhere, and under
+    create_graph (a penalty's incoming gradient requires grad) the edit raises."""
+    v = [_randn(o, s.generator) for o in outs]
+    kept = [w.clone() for w in v]
+    _attempt(lambda: _grad(call, at, v), "backward")
+    changed = [i for i, (w, k) in enumerate(zip(v, kept, strict=True)) if not torch.equal(w, k)]
+    if changed:
+        raise Failed("modified-incoming", (
+            f"the incoming gradient of output(s) {', '.join(map(str, changed))} was changed "
+            "by backward (compared with a copy taken before the call)."
+        ))  # fmt: skip
+
+
 def linearity(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torch.Tensor],
               s: Settings) -> None:  # fmt: skip
     """backward(a v1 + b v2) against a backward(v1) + b backward(v2), for random signed v1,
@@ -226,8 +282,8 @@ def linearity(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torch.Ten
     v1 = [_randn(o, s.generator) for o in outs]
     v2 = [_randn(o, s.generator) for o in outs]
     # Signed factors of size 0.5 to 2, so that neither term is negligible.
-    size = torch.rand(2, generator=s.generator, dtype=torch.float64) * 1.5 + 0.5
-    sign = torch.randint(0, 2, (2,), generator=s.generator) * 2 - 1
+    size = torch.rand(2, generator=s.generator, dtype=torch.float64, device="cpu") * 1.5 + 0.5
+    sign = torch.randint(0, 2, (2,), generator=s.generator, device="cpu") * 2 - 1
     a, b = (float(c) for c in size * sign)
     combined = [(p * a).add_(q, alpha=b) for p, q in zip(v1, v2, strict=True)]
     along, scale = [], 0.0
@@ -258,43 +314,37 @@ def _relative(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
     return difference / scale if scale > 0 else 0.0
 
 
-def _scalar_error(analytic: float, phi: Callable[[float], torch.Tensor], h: float,
-                  scale: float, s: Settings) -> float | None:
-    """Relative error of a directional derivative against central differences of ``phi``;
-    None when the steps h and h/2 disagree (a kink crossed: the direction is
-    inconclusive)."""  # fmt: skip
-    fd, fd_half = ((float(phi(t)) - float(phi(-t))) / (2 * t) for t in (h, h / 2))
-    scale = max(scale + abs(fd), 1e-12)
-    if abs(fd - fd_half) > s.rtol * scale:
-        return None
-    return abs(analytic - fd) / scale
+@dataclasses.dataclass
+class Tally:
+    """The directions of one check: the errors of those that decided, why the others did
+    not."""
+
+    errors: list[float] = dataclasses.field(default_factory=list)
+    undecided: list[str] = dataclasses.field(default_factory=list)
+
+    def why(self) -> str:
+        counts = {reason: self.undecided.count(reason) for reason in dict.fromkeys(self.undecided)}
+        return ", ".join(f"{reason} in {count}" for reason, count in counts.items())
 
 
-def _vector_error(analytic: Sequence[torch.Tensor], center: Sequence[torch.Tensor],
-                  plus: Sequence[torch.Tensor], minus: Sequence[torch.Tensor], h: float,
-                  s: Settings) -> float | None:
-    """Relative error of a vector of directional derivatives against central differences
-    (plus - minus) / 2h, leaving out the elements where the one-sided differences disagree
-    (a kink crossed); None when too many do. Computed in chunks, so that the temporaries
-    stay small whatever the size."""  # fmt: skip
-    squared_error = squared_analytic = squared_fd = 0.0
-    left_out = total = 0
-    typical = norm(analytic) / max(1, sum(a.numel() for a in analytic)) ** 0.5
-    for tensors in zip(analytic, center, plus, minus, strict=True):
-        flat = [t.detach().reshape(-1) for t in tensors]
-        for a, c, p, m in zip(*(t.split(CHUNK) for t in flat), strict=True):
-            ahead, behind = (p - c) / h, (c - m) / h
-            smooth = (ahead - behind).abs() <= s.rtol * (ahead.abs() + behind.abs() + typical)
-            fd = (ahead + behind) / 2
-            left_out += smooth.numel() - int(smooth.sum())
-            total += smooth.numel()
-            squared_error += float(((a - fd) * smooth).abs().pow(2).sum())
-            squared_analytic += float((a * smooth).abs().pow(2).sum())
-            squared_fd += float((fd * smooth).abs().pow(2).sum())
-    if total and left_out > NON_SMOOTH_SHARE * total:
-        return None
-    scale = max(squared_analytic, squared_fd)
-    return (squared_error / scale) ** 0.5 if scale > 0 else 0.0
+def _difference(along: Callable[[float], torch.Tensor], c: float, s: Settings,
+                scale: float) -> Difference:  # fmt: skip
+    """The derivative along a direction scaled by ``c``, per unit of that direction."""
+    found = central_difference(along, dtype=s.dtype, scale=scale * c)
+    if found.value is None:
+        return found
+    return dataclasses.replace(found, value=found.value / c)
+
+
+def _vector_error(analytic: torch.Tensor, estimate: torch.Tensor, floor: float) -> float:
+    """|analytic - estimate| / max(|analytic|, |estimate|, floor): the relative error, where
+    ``floor`` (a size below which a derivative is rounding) keeps a zero derivative from being
+    judged against its own rounding. A NaN or inf in ``analytic`` is an infinite error."""
+    if not bool(torch.isfinite(analytic).all()):
+        return math.inf
+    analytic = analytic.to(estimate.dtype)
+    scale = max(norm([analytic]), norm([estimate]), floor)
+    return norm([analytic - estimate]) / scale if scale > 0 else 0.0
 
 
 def _error_text(worst: float) -> str:
@@ -303,86 +353,161 @@ def _error_text(worst: float) -> str:
     return "error < 1e-8" if worst < 1e-8 else f"error {worst:.0e}"
 
 
-def _worst(errors: list[float], tried: int, s: Settings, what: str) -> float:
-    """The worst error over the conclusive directions, or :class:`Failed`."""
-    failing = [e for e in errors if e > s.rtol]
+def _worst(tally: Tally, s: Settings, what: str) -> float:
+    """The worst error over the directions that decided, or :class:`Failed`: "mismatch" when
+    one exceeds the tolerance, "undecided" when none decided and no Jacobian check ran."""
+    failing = [e for e in tally.errors if e > s.rtol]
     if failing:
         raise Failed("mismatch", (
             f"{what}: relative error {max(failing):.2g} against central differences in "
-            f"{len(failing)} of {len(errors)} random signed directions (tolerance "
+            f"{len(failing)} of {len(tally.errors)} random signed directions (tolerance "
             f"{s.rtol:g})."
         ))  # fmt: skip
-    return max(errors, default=0.0)  # none conclusive: gradcheck's evidence stands alone
+    if not tally.errors and s.gradcheck_mode == "none":
+        raise Failed("undecided", (
+            f"{what}: no random direction could be decided by central differences "
+            f"({tally.why()} of {len(tally.undecided)})."
+        ))  # fmt: skip
+    return max(tally.errors, default=0.0)
+
+
+def _decided_text(tally: Tally, wanted: int, what: str) -> str:
+    """"2 HVPs + mixed (error < 1e-8)", or how many decided, and why the others did not."""
+    if len(tally.errors) >= wanted and not tally.undecided:
+        return f"{wanted} {what} ({_error_text(max(tally.errors))})"
+    if not tally.errors:
+        return f"0 {what} decided ({tally.why()}): the Jacobian check above is the evidence"
+    return (f"{len(tally.errors)} {what} ({_error_text(max(tally.errors))}; "
+            f"{len(tally.undecided)} undecided: {tally.why()})")  # fmt: skip
 
 
 def vjp_directions(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torch.Tensor],
-                   s: Settings) -> float:
+                   s: Settings) -> Tally:
     """uᵀ(Jᵀv) from backward against the central difference of vᵀf along u, for random
-    signed v and u (u drawn again, up to three times, where f has a kink)."""  # fmt: skip
-    h = _step(at, s)
-    errors = []
+    signed v and u (u drawn again, up to three times, where no step decides)."""  # fmt: skip
+    c = _direction_scale(at)
+    tally = Tally()
     for _ in range(s.directions):
         v = [_randn(o, s.generator) for o in outs]
         g = _attempt(lambda v=v: _grad(call, at, v)[1], "backward")
+        # Below this, a derivative is negligible beside what vᵀf varies by over c (corrcoef
+        # of two observations is constant: both derivatives are 1e-16 noise).
+        floor = NEGLIGIBLE[s.dtype] * norm(v) * norm(outs) / c
         for _ in range(3):
             u = [_randn(x, s.generator) for x in at]
-            error = _attempt(lambda u=u, v=v, g=g: _scalar_error(
-                float(dot(g, u)), lambda t: dot(v, _outputs(call, _shifted(at, u, t), fresh=True)),
-                h, norm(g), s), "forward")  # fmt: skip
-            if error is not None:
-                errors.append(error)
-                break
-    return _worst(errors, s.directions, s, "the first derivative (vector-Jacobian product)")
+            analytic = float(dot(g, u))
+
+            def along(t: float, u: list = u, v: list = v) -> torch.Tensor:
+                return dot(v, _outputs(call, _shifted(at, u, c * t), fresh=True))
+
+            found = _attempt(lambda along=along, g=g: _difference(along, c, s, norm(g)), "forward")
+            if found.value is None:
+                tally.undecided.append(found.reason)
+                continue
+            estimate = float(found.value)
+            error = abs(analytic - estimate) / max(norm(g) + abs(estimate), floor, 1e-300)
+            tally.errors.append(error if math.isfinite(analytic) else math.inf)
+            break
+    _worst(tally, s, "the first derivative (vector-Jacobian product)")
+    return tally
 
 
-def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> float:
+NON_FINITE_SECOND = "NaN or inf in the second derivative"
+
+
+def _analytic_second(call: Call, at: tuple[torch.Tensor, ...], v: Sequence[torch.Tensor],
+                     u: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """The Hessian-vector product of vᵀf along u and the mixed term J u, by double backward
+    (an incoming gradient that requires grad, as in a gradient penalty), flat; and |g|."""
+    incoming = [w.clone().requires_grad_() for w in v]
+    leaves, g = _grad(call, at, incoming, create_graph=True)
+    with torch.enable_grad():
+        second = _second(dot(g, u), [*leaves, *incoming])
+    return _flat(second[: len(leaves)]), _flat(second[len(leaves):]), norm(g)
+
+
+def finite_second_derivative(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> None:
+    """One Hessian-vector product and mixed term, which must be finite where the outputs and
+    the first derivative are (a NaN compares as neither equal nor unequal: it is looked for)."""
+    outs = _outputs(call, at)
+    v = [_randn(o, s.generator) for o in outs]
+    u = [_randn(x, s.generator) for x in at]
+    hvp, mixed, g_size = _analytic_second(call, at, v, u)
+    if not math.isfinite(g_size):
+        return  # the first derivative is not finite: its own checks say so
+    bad = int((~torch.isfinite(hvp)).sum()) + int((~torch.isfinite(mixed)).sum())
+    if bad:
+        raise Failed("mismatch", (
+            f"{NON_FINITE_SECOND}: {bad} of {hvp.numel() + mixed.numel()} elements of a "
+            "Hessian-vector product and mixed term are NaN or inf, though the outputs and the "
+            "first derivative are finite."
+        ))  # fmt: skip
+
+
+def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> Tally:
     """With an incoming gradient v that requires grad, differentiate uᵀg(x, v) once more:
     its derivative in x (the Hessian-vector product of vᵀf) against central differences of
-    g along u, and in v (the mixed term, J u) against central differences of f along u."""
+    g along u, and in v (the mixed term, J u) against central differences of f along u.
+    A direction counts when both decide; one that no step decides is drawn again (up to
+    three times as many draws as ``s.directions``)."""
     outs = _attempt(lambda: _outputs(call, at), "forward")
-    h = _step(at, s)
-    errors = []
+    f_size = norm(outs)
+    outs = [_template(o) for o in outs]  # only their shapes are needed now
+    c = _direction_scale(at)
+    rounding = NEGLIGIBLE[s.dtype]
+    tally = Tally()
 
-    def one() -> float | None:
+    def along_g(u: list, v: list) -> Callable[[float], torch.Tensor]:
+        return lambda t: _flat(_grad(call, _shifted(at, u, c * t), v)[1])
+
+    def along_f(u: list) -> Callable[[float], torch.Tensor]:
+        return lambda t: _flat(_outputs(call, _shifted(at, u, c * t), fresh=True))
+
+    def one() -> float | str:
         v = [_randn(o, s.generator) for o in outs]
         u = [_randn(x, s.generator) for x in at]
-        incoming = [w.clone().requires_grad_() for w in v]
-        leaves, g = _grad(call, at, incoming, create_graph=True)
-        with torch.enable_grad():
-            second = _second(dot(g, u), [*leaves, *incoming])
-        hvp, mixed = second[: len(leaves)], second[len(leaves):]
-        g = tuple(x.detach() for x in g)
-        del leaves, incoming  # free the graph before the differences
-        _, g_plus = _grad(call, _shifted(at, u, h), v)
-        _, g_minus = _grad(call, _shifted(at, u, -h), v)
-        hvp_error = _vector_error(hvp, g, g_plus, g_minus, h, s)
-        del g_plus, g_minus
-        f_plus = _outputs(call, _shifted(at, u, h), fresh=True)
-        f_minus = _outputs(call, _shifted(at, u, -h), fresh=True)
-        mixed_error = _vector_error(mixed, outs, f_plus, f_minus, h, s)
-        if hvp_error is None or mixed_error is None:
-            return None
+        hvp, mixed, g_size = _analytic_second(call, at, v, u)
+        # Sizes below which a second derivative is negligible: a share NEGLIGIBLE of what
+        # the gradient, and vᵀf, could change by over the direction's scale c (corrcoef of
+        # one row is constant: its HVPs are 1e-17 noise, not to be compared with each other).
+        hvp_floor = rounding * (g_size + norm(v) * f_size / c) / c
+        # The mixed term first, then freed: one vector fewer alive during the HVP's.
+        on_f = _difference(along_f(u), c, s, norm([mixed]))
+        mixed_error = None if on_f.value is None else _vector_error(
+            mixed, on_f.value, rounding * f_size / c)  # fmt: skip
+        mixed_reason = on_f.reason
+        del mixed, on_f
+        on_g = _difference(along_g(u, v), c, s, norm([hvp]))
+        if on_g.value is None:
+            return on_g.reason
+        hvp_error = _vector_error(hvp, on_g.value, hvp_floor)
+        if mixed_error is None:
+            return hvp_error if hvp_error > s.rtol else mixed_reason  # a wrong HVP counts
         return max(hvp_error, mixed_error)
 
     tries = 0
-    while len(errors) < s.directions and tries < 3 * s.directions:
+    while len(tally.errors) < s.directions and tries < 3 * s.directions:
         tries += 1
-        error = _attempt(one, "double backward")
-        if error is not None:
-            errors.append(error)
-    return _worst(errors, tries, s,
-                  "the second derivative (Hessian-vector product, mixed term)")  # fmt: skip
+        found = _attempt(one, "double backward")
+        if isinstance(found, str):
+            tally.undecided.append(found)
+        else:
+            tally.errors.append(found)
+            if found > s.rtol:
+                break
+    _worst(tally, s, "the second derivative (Hessian-vector product, mixed term)")
+    return tally
 
 
 def backward_derivative_directions(call: Call, at: tuple[torch.Tensor, ...],
-                                   s: Settings) -> float:
+                                   s: Settings) -> Tally:
     """Surrogate gradients: the derivative of uᵀg(x, v), g your backward, in a random
     direction (p, q) of (x, v), against central differences of your backward."""  # fmt: skip
     outs = _attempt(lambda: _outputs(call, at), "forward")
-    h = _step([*at, *outs], s)
-    errors = []
+    c = _direction_scale([*at, *outs])
+    tally = Tally()
 
-    def one() -> float | None:
+    def one() -> float | str:
         v = [_randn(o, s.generator) for o in outs]
         u = [_randn(x, s.generator) for x in at]
         p = [_randn(x, s.generator) for x in at]
@@ -391,20 +516,30 @@ def backward_derivative_directions(call: Call, at: tuple[torch.Tensor, ...],
         leaves, g = _grad(call, at, incoming, create_graph=True)
         with torch.enable_grad():
             second = _second(dot(g, u), [*leaves, *incoming])
+        analytic = float(dot(second, [*p, *q]))
 
         def backward_along(t: float) -> torch.Tensor:
-            shifted_v = [w + t * d for w, d in zip(v, q, strict=True)]
-            return dot(_grad(call, _shifted(at, p, t), shifted_v)[1], u)
+            shifted_v = [w + c * t * d for w, d in zip(v, q, strict=True)]
+            return dot(_grad(call, _shifted(at, p, c * t), shifted_v)[1], u)
 
-        return _scalar_error(float(dot(second, [*p, *q])), backward_along, h, norm(second), s)
+        found = _difference(backward_along, c, s, norm(second))
+        if found.value is None:
+            return found.reason
+        estimate = float(found.value)
+        if not math.isfinite(analytic):
+            return math.inf
+        return abs(analytic - estimate) / max(norm(second) + abs(estimate), 1e-300)
 
     tries = 0
-    while len(errors) < s.directions and tries < 3 * s.directions:
+    while len(tally.errors) < s.directions and tries < 3 * s.directions:
         tries += 1
-        error = _attempt(one, "double backward")
-        if error is not None:
-            errors.append(error)
-    return _worst(errors, tries, s, "the derivative of backward")
+        found = _attempt(one, "double backward")
+        if isinstance(found, str):
+            tally.undecided.append(found)
+        else:
+            tally.errors.append(found)
+    _worst(tally, s, "the derivative of backward")
+    return tally
 
 
 # -- forward mode, third order, torch.func ---------------------------------------------------
@@ -453,7 +588,15 @@ def hvp_agreement(call: Call, inputs: tuple[torch.Tensor, ...],
                                           materialize_grads=True)  # fmt: skip
         else:
             reverse = tuple(torch.zeros_like(x) for x in inputs)
-    return "agree" if _relative(forward, reverse) <= s.tol["rtol"] else "DISAGREE"
+    # Both zero but for rounding (copysign: 0 one way, 1e-18 the other) is agreement: the
+    # difference is judged against what an HVP of this gradient could be, too.
+    c = _direction_scale(inputs)
+    outputs = _outputs(call, inputs)
+    floor = (NEGLIGIBLE[s.dtype] * norm(vectors) / c
+             * (norm(grads) + norm(weights) * norm(outputs) / c))  # fmt: skip
+    difference = norm([a - b for a, b in zip(forward, reverse, strict=True)])
+    size = max(norm(forward), norm(reverse), floor)
+    return "agree" if difference <= s.tol["rtol"] * size else "DISAGREE"
 
 
 def first_derivative(call: Call, weights: list[torch.Tensor]) -> Callable[..., Any]:
@@ -520,9 +663,11 @@ def wrong_second_derivatives(call: Call, at: tuple[torch.Tensor, ...],
                              s: Settings) -> list[tuple[int, int]]:
     """Which blocks of the second derivative are wrong: pairs (j, i) where the derivative of
     the gradient with respect to input j, with respect to input i, disagrees with central
-    differences. Run after a failure, to say where it is (one direction per input)."""  # fmt: skip
+    differences (or where no step decides it). Run after a failure, to say where it is (one
+    direction per input)."""  # fmt: skip
     outs = _outputs(call, at)
-    h = _step(at, s)
+    c = _direction_scale(at)
+    rounding = NEGLIGIBLE[s.dtype]
     v = [_randn(o, s.generator) for o in outs]
     wrong = []
     for j in range(len(at)):
@@ -531,11 +676,16 @@ def wrong_second_derivatives(call: Call, at: tuple[torch.Tensor, ...],
         leaves, g = _grad(call, at, v, create_graph=True)
         with torch.enable_grad():
             second = _second(dot(g, u), leaves)
-        g = tuple(x.detach() for x in g)
-        g_plus = _grad(call, _shifted(at, u, h), v)[1]
-        g_minus = _grad(call, _shifted(at, u, -h), v)[1]
+        g_size = norm(g)
+        del leaves, g
         for i in range(len(at)):
-            error = _vector_error([second[i]], [g[i]], [g_plus[i]], [g_minus[i]], h, s)
-            if error is None or error > s.rtol:
+            found = _difference(
+                lambda t, i=i, u=u: _flat(
+                    [_grad(call, _shifted(at, u, c * t), v)[1][i]]),
+                c, s, norm([second[i]]),
+            )  # fmt: skip
+            if found.value is None or _vector_error(
+                _flat([second[i]]), found.value, rounding * g_size / c
+            ) > s.rtol:
                 wrong.append((j, i))
     return wrong

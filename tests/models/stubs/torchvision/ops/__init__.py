@@ -1,0 +1,1 @@
+"""The stand-in's ``torchvision.ops``: only ``misc.FrozenBatchNorm2d``."""

@@ -356,7 +356,10 @@ for name, norm in (("the trap", layer_norm_saves_statistics), ("LayerNorm", laye
 # The checker names the cause
 # ---------------------------
 # :func:`double_backward.check` sees the failing second derivative and, reading the graph,
-# the tensors saved without history (the first is the weight, a constant here):
+# names the statistics saved without history, saved tensors #2 and #3. The weight is saved
+# without history too (a constant here, closed over by the lambda), but it is the same
+# tensor whatever the input, so its derivative is zero and returning it as an output would
+# change nothing: the checker does not name it.
 import double_backward
 
 weight6 = torch.randn(6, dtype=torch.float64)

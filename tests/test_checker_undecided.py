@@ -30,6 +30,19 @@ def test_relu_of_a_matmul_at_128_by_256_passes(seed):
     assert "decided" not in report.results["order 1, yours"]
 
 
+@pytest.mark.parametrize("gap", [1e-7, 1e-6, 3e-6])
+@pytest.mark.parametrize("seed", range(3))
+def test_relu_of_a_matmul_with_a_preactivation_next_to_its_kink_passes(seed, gap):
+    # One pre-activation `gap` from 0: a fixed step of 1e-6 crossed its kink and reported
+    # "first-order" (on 278d50d, all nine cases); a step chosen per direction steps around it.
+    x, w = _randn(128, 64, seed=seed), _randn(64, 256, seed=seed + 100)
+    column = w[:, 0]
+    x[0] += (gap - x[0] @ column) * column / (column @ column)
+    assert float((x @ w)[0, 0]) == pytest.approx(gap, rel=1e-3)
+    report = check(relu_of_matmul, x, w, seed=seed)
+    assert report.ok, str(report)
+
+
 def test_a_relu_at_exact_zeros_is_undecided_not_passed():
     # Half the inputs exactly 0: every direction crosses relu's kink there, at every step.
     x = _randn(2000).clamp(min=0)

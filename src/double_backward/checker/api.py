@@ -59,7 +59,10 @@ def check(
     ``check(fn, x, target, 2, wrt=(0,))``. Outputs that are not floating or complex tensors
     (indices, NumPy arrays, numbers) are left out, with a note.
 
-    ``report.ok`` is true when no check failed at your inputs; ``report.problems`` lists each
+    ``report.ok`` is true when no check failed at your inputs and there was evidence to
+    decide: above gradcheck's size, if no random direction's central differences could decide
+    (every one crosses a kink), the problem ``undecided`` says "could not decide at these
+    inputs", with why and what to try, and ``ok`` is false. ``report.problems`` lists each
     failure with a ``diagnosis`` naming the cause and the ``url`` of the page that explains
     the fix; ``report.notes`` says what passed but deserves a look; ``print(report)`` opens
     with the verdict in one line.
@@ -78,8 +81,9 @@ def check(
       seen only at a derived point is shown, with the point, but does not decide ``ok``. By
       default 2 while gradcheck runs, 1 above (the random directions are the evidence).
     - ``directions``: random signed directions per check and point (2: the chance of missing
-      a 5% error in the Hessian-vector product is at most 2.5e-4, derived on the checker
-      page).
+      an error of 5% of the whole Hessian-vector product, in Frobenius norm, is at most
+      2.5e-4, derived on the checker page; an error confined to a few elements of large
+      inputs is a smaller share of the whole, and nothing is promised for it).
     - ``fast_mode``: gradcheck's mode. By default full mode up to 100 elements, fast mode
       while the Jacobians stay small, and above that the directional checks alone.
     - ``third_order``: also check the third derivative.

@@ -6,14 +6,15 @@ Two kinds of check, for every order:
   build Jacobians: run only while the Jacobians are small (full mode up to
   ``FULL_MODE_UP_TO`` elements, fast mode while inputs x (inputs + outputs) stays under
   ``JACOBIAN_ENTRIES``), so a failure never makes torch build a Jacobian that does not fit;
-- checks along random *signed* directions, each costing a few calls of the Function, so they
-  run at every size: the vector-Jacobian product with a random incoming gradient against
-  central differences, backward's linearity in the incoming gradient, and the Hessian-vector
-  product (and the mixed term, through the incoming gradient) against central differences of
-  the gradient. Where a function may have a kink (a ReLU), the differences show it: for a
-  scalar, the central differences at steps h and h/2 disagree, and another direction is
-  drawn; for a vector, the one-sided differences of an element disagree, and that element
-  is left out (a direction leaving out more than 10% is drawn again).
+- checks along random *signed* directions, each costing a few calls of the Function per step
+  tried, so they run at every size: the incoming gradient left unchanged by backward, the
+  vector-Jacobian product with a random incoming gradient against central differences,
+  backward's linearity in the incoming gradient, a finite second derivative, and the
+  Hessian-vector product (and the mixed term, through the incoming gradient) against central
+  differences of the gradient. The central differences choose their step per direction and
+  refuse a segment where a kink is crossed (:mod:`~double_backward.checker.finite_differences`);
+  a direction no step decides is drawn again, and when none decides (and no Jacobian check
+  ran) the check fails as "undecided": nothing seen is never a pass.
 
 With ``surrogate_gradient=True`` the first derivative is taken as given: the second-order
 checks compare the derivative of *your backward* with central differences of your backward.

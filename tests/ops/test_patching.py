@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -299,3 +302,17 @@ def test_on_cuda_an_lstm_passes_a_gradient_penalty(mode):
     with torch.backends.cudnn.flags(enabled=False):
         expected, _ = penalty(model, x)
     torch.testing.assert_close(value, expected)
+
+
+def test_rnns_run_after_torch_froze_the_global_flags():
+    # torch's test utilities call disable_global_flags(); setting cudnn.enabled directly then
+    # raises. A fresh process, since the freeze cannot be undone.
+    script = (
+        "import torch; from torch import nn; from double_backward import ops\n"
+        "torch.backends.disable_global_flags()\n"
+        "lstm = nn.LSTM(2, 3)\n"
+        "with ops.replaced():\n"
+        "    lstm(torch.randn(4, 1, 2))\n"
+        "assert torch.backends.cudnn.enabled\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,13 +21,19 @@ __all__ = ["replaced"]
 
 @contextlib.contextmanager
 def _cudnn_off() -> Iterator[None]:
-    """cuDNN off for the block, only that flag touched (benchmark, tf32... stay as they are)."""
-    enabled = torch.backends.cudnn.enabled
-    torch.backends.cudnn.enabled = False
-    try:
+    """cuDNN off for the block, only that flag touched (benchmark, tf32... stay as they are).
+
+    Through ``cudnn.flags()``, the one way that also works after
+    ``torch.backends.disable_global_flags()`` (torch's own test utilities call it); its other
+    arguments get their current values, since its defaults would change them."""
+    cudnn = torch.backends.cudnn
+    others = {
+        name: getattr(cudnn, name)
+        for name in inspect.signature(cudnn.flags).parameters
+        if name != "enabled" and hasattr(cudnn, name)
+    }
+    with cudnn.flags(enabled=False, **others):
         yield
-    finally:
-        torch.backends.cudnn.enabled = enabled
 
 
 def _without_cudnn(forward: Callable[..., Any]) -> Callable[..., Any]:

@@ -189,9 +189,9 @@ except RuntimeError as error:
 #
 # 8. A built-in op without double backward
 # -----------------------------------------
-# Not every PyTorch operation has a differentiable backward. On CPU,
+# Not every PyTorch operation has a differentiable backward. On CPU, without dropout,
 # ``torch.nn.functional.scaled_dot_product_attention`` runs a fused kernel whose backward has
-# no derivative of its own: first order works, the second raises.
+# no derivative of its own (torch 2.13): first order works, the second raises.
 import torch.nn.functional as F
 
 torch.manual_seed(0)

@@ -89,7 +89,8 @@ for name, op in ops.items():
 # Version 1: backward in differentiable ops
 # -----------------------------------------
 # Write :math:`g` with torch ops on saved tensors that autograd tracks, and autograd derives
-# both parts, at every order. Nothing else to write:
+# both parts, in reverse mode, to the third order checked below and beyond as far as the
+# native ops' own formulas go. Nothing else to write:
 #
 # .. literalinclude:: /../src/double_backward/functions/softmax.py
 #    :pyobject: softmax_vjp
@@ -115,7 +116,8 @@ autograd_graph({"grad_x": grad_x}, {"x": x_small},
 # When backward is one fused kernel (or code autograd cannot see), make it a Function whose
 # backward returns both parts by hand, as ``CubeBackward`` does in
 # :doc:`plot_04_untracked_backward`. Its backward is torch ops on its saved inputs, so third and
-# higher orders work too; each part is computed only for an input that requires grad.
+# higher orders work too in reverse mode (the third is checked below); each part is computed
+# only for an input that requires grad.
 #
 # .. literalinclude:: /../src/double_backward/functions/softmax.py
 #    :pyobject: SoftmaxHandWritten
@@ -403,7 +405,8 @@ for name, norm in (("LayerNorm", layer_norm),
 # statistics as constants (`pytorch/pytorch#175754
 # <https://github.com/pytorch/pytorch/issues/175754>`_; a fix may make it an error instead,
 # which the table would show). So for the third order the reference is
-# LayerNorm composed of native elementwise ops and reductions, each right at every order, and
+# LayerNorm composed of native elementwise ops and reductions (at the third order the two
+# fixed Functions agree with it, and finite differences pass the first of them), and
 # finite differences: :func:`~torch.autograd.gradgradcheck` of the gradient.
 
 

@@ -1,7 +1,7 @@
 """Write the compatibility matrix: every Function the package ships, under every transform.
 
 Each cell is run with the installed torch when the matrix is generated: the Function under a
-transform (a first or second backward, the second derivative of three losses
+transform (a first or second backward, the second derivative of four losses
 (:data:`LOSSES`), ``gradgradcheck``, a ``torch.func`` transform, ``torch.compile``) against
 the same transform of the native op. A cell is ``pass`` when the
 two agree, the error's first line (linked to its entry in the error index) when it raises,
@@ -130,11 +130,13 @@ def _derivative(fn: Callable, order: int, create_graph_last: bool = False):
 
 # The loss a second derivative is taken of decides what a broken Function does: with
 # ``f(x).sum()`` the incoming gradient is plain ones, the special case where most broken
-# Functions raise. In a composed loss (``½ Σ f(x)²``, f after a nonlinear op) the incoming
-# gradient depends on x; beside another term (``Σ f(x) + Σ x²``) the gradient reaches x through
-# that term even when f's share has no path. Both are the cases a training loss meets.
+# Functions raise. In a composed loss (``½ Σ f(x)²``, f after a smooth nonlinear op) the
+# incoming gradient depends on x; after a ReLU (``Σ relu(f(x))``) it is a 0/1 step whose own
+# derivative is zero; beside another term (``Σ f(x) + Σ x²``) the gradient reaches x through
+# that term even when f's share has no path. These are the cases a training loss meets.
 LOSSES: dict[str, Callable] = {
     "composed loss": lambda fn, x: (fn(x) ** 2).sum() / 2,
+    "after relu": lambda fn, x: fn(x).relu().sum(),
     "beside x**2": lambda fn, x: fn(x).sum() + (x**2).sum(),
 }
 
@@ -210,6 +212,7 @@ COLUMNS: dict[str, Callable] = {
     "first backward": lambda fn: _derivative(fn, 1),
     "double backward": lambda fn: _derivative(fn, 2),
     "double backward, composed loss": _second_derivative_of("composed loss"),
+    "double backward, after relu": _second_derivative_of("after relu"),
     "double backward, beside x**2": _second_derivative_of("beside x**2"),
     "gradgradcheck": _gradgradcheck,
     "third order": _third_order,
@@ -313,6 +316,7 @@ HEADERS = {
     "first backward": "1st backward of Σ f(x)",
     "double backward": "2nd backward of Σ f(x)",
     "double backward, composed loss": "2nd backward of ½ Σ f(x)²",
+    "double backward, after relu": "2nd backward of Σ relu(f(x))",
     "double backward, beside x**2": "2nd backward of Σ f(x) + Σ x²",
     "gradgradcheck": "grad&shy;grad&shy;check",
     "third order": "3rd order",
@@ -325,7 +329,7 @@ HEADERS = {
 TABLES = {
     "Second derivative, by the loss it is taken of": [
         "first backward", "double backward", "double backward, composed loss",
-        "double backward, beside x**2", "gradgradcheck",
+        "double backward, after relu", "double backward, beside x**2", "gradgradcheck",
     ],
     "Third order and torch.compile": [
         "third order", "compile, first order", "compile, double backward",

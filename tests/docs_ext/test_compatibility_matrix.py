@@ -30,19 +30,20 @@ COMPILE = "Double backward through torch.compile"
 CPP_FUNC = "C++ Function under torch.func"
 NO_GRAPH = "The gradient has no graph"
 TORCH_FUNC = ["vmap", "jacrev", "jacfwd", "hessian", "jvp"]
-FIRST_SIX = [
+FIRST_SEVEN = [
     "first backward", "double backward", "double backward, composed loss",
-    "double backward, beside x**2", "gradgradcheck", "third order",
+    "double backward, after relu", "double backward, beside x**2", "gradgradcheck",
+    "third order",
 ]  # fmt: skip
 
 
 def _row(
-    first_six=PASS, torch_func=OLD_STYLE, compile_first=PASS, compile_double=COMPILE
+    first_seven=PASS, torch_func=OLD_STYLE, compile_first=PASS, compile_double=COMPILE
 ):
-    values = [first_six] * 6 if isinstance(first_six, str) else first_six
+    values = [first_seven] * 7 if isinstance(first_seven, str) else first_seven
     funcs = [torch_func] * 5 if isinstance(torch_func, str) else torch_func
     return dict(
-        zip([*FIRST_SIX, *TORCH_FUNC], [*values, *funcs], strict=True),
+        zip([*FIRST_SEVEN, *TORCH_FUNC], [*values, *funcs], strict=True),
         **{
             "compile, first order": compile_first,
             "compile, double backward": compile_double,
@@ -60,8 +61,9 @@ CLAIMS = {
     "SinhBad (tutorial, broken)": (
         SinhBad.apply,
         torch.sinh,
-        # Raises only for Σ f(x); in a composed loss, or beside x², silently wrong.
-        _row([PASS, NO_GRAPH, WRONG, WRONG, "gradgradcheck finds a mismatch", WRONG]),
+        # Raises only for Σ f(x); in a composed loss, after a ReLU (exactly zero, tested
+        # below) or beside x², silently wrong.
+        _row([PASS, NO_GRAPH, WRONG, WRONG, WRONG, "gradgradcheck finds a mismatch", WRONG]),
     ),
     # NumPy in backward: Dynamo runs it eagerly at a graph break, so double backward works.
     "Cube (tutorial)": (Cube.apply, lambda t: t**3, _row(compile_double=PASS)),
@@ -98,8 +100,8 @@ CLAIMS = {
         lambda t: t**3,
         _row(
             # Beside x², its share of the second derivative is silently missing.
-            [PASS, NO_GRAPH, NO_GRAPH, WRONG, "gradgradcheck finds no second derivative",
-             WRONG],
+            [PASS, NO_GRAPH, NO_GRAPH, NO_GRAPH, WRONG,
+             "gradgradcheck finds no second derivative", WRONG],
             torch_func=CPP_FUNC,
             compile_double=NO_GRAPH,
         ),
@@ -156,6 +158,7 @@ INDEPENDENT = {
     "double backward, composed loss": _second_of(
         lambda fn, x: 0.5 * fn(x).pow(2).sum()
     ),
+    "double backward, after relu": _second_of(lambda fn, x: torch.relu(fn(x)).sum()),
     "double backward, beside x**2": _second_of(
         lambda fn, x: fn(x).sum() + x.pow(2).sum()
     ),
@@ -189,6 +192,12 @@ def test_claims_cover_every_row_and_column_of_the_page():
 def test_claimed_pass_agrees_with_native(key, column):
     fn, native, _ = CLAIMS[key]
     torch.testing.assert_close(INDEPENDENT[column](fn), INDEPENDENT[column](native))
+
+
+def test_sinh_bad_after_relu_is_exactly_zero():
+    second = INDEPENDENT["double backward, after relu"](SinhBad.apply)
+    assert (second == 0).all()
+    assert INDEPENDENT["double backward, after relu"](torch.sinh).abs().max() > 1
 
 
 @pytest.mark.parametrize(("key", "column"), _cells(WRONG))
@@ -275,7 +284,15 @@ def test_render_links_each_error_to_its_index_entry_and_states_the_torch_version
     cells["cube (custom op) | jvp"] = {"outcome": WRONG, "detail": "off by 12"}
     page = matrix.render({"9.9.9": matrix.Measurement("9.9.9", "", cells, live=True)})
     table_lines = [line for line in page.splitlines() if line.startswith("|")]
-    assert len({line.replace("\\|", "").count("|") for line in table_lines}) == 2, (
+    tables, current = [], []
+    for line in [*page.splitlines(), ""]:
+        if line.startswith("|"):
+            current.append(line.replace("\\|", "").count("|"))
+        elif current:
+            tables.append(current)
+            current = []
+    assert len(tables) == len(matrix.TABLES)
+    assert all(len(set(cells)) == 1 for cells in tables), (
         "every row of a table has as many cells as its header"
     )
     assert len(table_lines) == len(matrix.TABLES) * (len(matrix.ROWS) + 2)

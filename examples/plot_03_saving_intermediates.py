@@ -10,7 +10,8 @@ gradient computed from it cannot be differentiated again.
 
 This page runs the fix, :class:`double_backward.Sinh`, and the mistake,
 :class:`double_backward.SinhBad`, side by side, and shows the mistake's first derivative
-right and its second derivative lost, or wrong without an error.
+right and its second derivative lost, wrong without an error, or exactly zero without an
+error, depending on what follows it in the loss.
 """
 
 # %%
@@ -136,8 +137,8 @@ except RuntimeError as error:
 # %%
 # ... or, in a real loss, silently wrong
 # --------------------------------------
-# A loss rarely ends at ``SinhBad``. After any nonlinear op downstream, the incoming gradient
-# depends on ``x``: for :math:`L = \tfrac12 \sum \sinh^2 x` it is :math:`\sinh x`. Then
+# A loss rarely ends at ``SinhBad``. After a smooth nonlinear op downstream, the incoming
+# gradient depends on ``x``: for :math:`L = \tfrac12 \sum \sinh^2 x` it is :math:`\sinh x`. Then
 # ``grad_x = grad_out * cosh`` *does* reach ``x``, through ``grad_out``, and no error is
 # raised. But the path through the cosh factor is missing: the second derivative comes out as
 # :math:`\cosh^2 x` instead of :math:`\cosh 2x`. Against native autograd:
@@ -157,6 +158,37 @@ cosh_squared, cosh_2x = torch.cosh(xs.detach()) ** 2, torch.cosh(2 * xs.detach()
 print(
     f"cosh^2 x:   {cosh_squared.numpy().round(3)}  cosh 2x: {cosh_2x.numpy().round(3)}"
 )
+
+# %%
+# ... or silently zero, after a ReLU
+# ----------------------------------
+# The most common op after a layer is piecewise linear: ReLU, max-pooling, a clamp. Its
+# incoming gradient is a 0/1 step, :math:`[\sinh x > 0]`, which depends on ``x`` but whose
+# derivative is zero. ``grad_x = grad_out * cosh`` reaches ``x`` only through that step, so
+# the second derivative comes out as exactly 0, with no error, where it should be
+# :math:`[\sinh x > 0] \sinh x`. The same in a small network, ``SinhBad``, then
+# ``Linear -> ReLU -> Linear``:
+torch.manual_seed(0)
+network = torch.nn.Sequential(
+    torch.nn.Linear(1, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1)
+).double()
+
+
+def network_after(t):
+    return network(t.unsqueeze(-1)).squeeze(-1)
+
+
+def second_derivative_through(downstream, sinh_fn):
+    (grad_xs,) = torch.autograd.grad(
+        downstream(sinh_fn(xs)).sum(), xs, create_graph=True
+    )
+    return torch.autograd.grad(grad_xs.sum(), xs)[0].numpy().round(3) + 0.0
+
+
+for label, downstream in (("relu(sinh x)", torch.relu), ("network(sinh x)", network_after)):
+    for name, sinh_fn in (("SinhBad", SinhBad.apply), ("Sinh (fix)", sinh),
+                          ("torch.sinh", torch.sinh)):
+        print(f"{label:16} {name:11} {second_derivative_through(downstream, sinh_fn)}")
 
 # %%
 # When the incoming gradient requires grad but does not depend on ``x`` (as in

@@ -101,5 +101,6 @@ print(f"gradgradcheck(CubeBackward.apply) passed: {second}")
 # Takeaway
 # --------
 # When backward leaves autograd, make it a Function and write its backward too. That backward is
-# itself made of torch operations, so every higher derivative follows. The four cases side by
-# side: :doc:`plot_05_four_cases_compared`.
+# itself made of torch operations, so higher derivatives follow in reverse mode, as far as those
+# operations' own formulas are right (:doc:`plot_08_higher_orders` measures how far). The four
+# cases side by side: :doc:`plot_05_four_cases_compared`.

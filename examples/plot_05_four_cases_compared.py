@@ -43,6 +43,52 @@ for name, fn in FUNCTIONS.items():
     print(f"{name:34} {'yes' if reaches(grad_x, x) else 'no':17} {verdict}")
 
 # %%
+# The same Functions inside a loss
+# --------------------------------
+# ``gradgradcheck`` feeds backward an incoming gradient that does not depend on ``x``. In a
+# model it usually does, and how a broken Function fails then depends on what follows it:
+# after a smooth op (the loss :math:`\tfrac12 \sum f(x)^2`) ``SinhBad`` is wrong, after a
+# piecewise-linear one (:math:`\sum \mathrm{relu}(f(x))`) it is exactly zero, and beside
+# another term of the loss (:math:`\sum f(x) + \sum x^2`) its share is missing; none of
+# them raises. Each second derivative against the native op's, by
+# :func:`~double_backward.functions.failures.second_derivative` and plain autograd:
+from double_backward.functions.failures import second_derivative
+
+NATIVE = {
+    "Square (saves its input)": lambda t: t**2,
+    "Exp (saves its output)": torch.exp,
+    "Sinh (intermediates as outputs)": torch.sinh,
+    "SinhBad (intermediates on ctx)": torch.sinh,
+    "Cube (backward is a Function)": lambda t: t**3,
+}
+
+
+def beside_x_squared(fn, at):
+    at = at.detach().requires_grad_()
+    (grad_at,) = torch.autograd.grad(
+        fn(at).sum() + (at**2).sum(), at, create_graph=True
+    )
+    return torch.autograd.grad(grad_at.sum(), at)[0]
+
+
+def verdict(got, expected):
+    if torch.allclose(got, expected):
+        return "right"
+    return "ZERO, no error" if not got.any() else "WRONG, no error"
+
+
+print(f"{'Function':34} {'½ Σ f(x)²':16} {'Σ relu(f(x))':16} Σ f(x) + Σ x²")
+for name, fn in FUNCTIONS.items():
+    cells = [
+        verdict(
+            second_derivative(fn, x, grad_out), second_derivative(NATIVE[name], x, grad_out)
+        )
+        for grad_out in ("depends on x", "after relu")
+    ]
+    cells.append(verdict(beside_x_squared(fn, x), beside_x_squared(NATIVE[name], x)))
+    print(f"{name:34} {cells[0]:16} {cells[1]:16} {cells[2]}")
+
+# %%
 # What to remember
 # ----------------
 # - Forward runs in no-grad mode; backward is recorded under ``create_graph=True``
@@ -55,10 +101,10 @@ for name, fn in FUNCTIONS.items():
 # - A backward autograd cannot see becomes a Function with a backward of its own
 #   (:doc:`plot_04_untracked_backward`).
 # - A graph back to ``x`` is necessary, not sufficient: ``SinhBad``'s gradient reaches ``x``
-#   through the incoming gradient when that gradient depends on ``x`` (any nonlinear op
-#   downstream), and is then wrong without an error; behind a linear layer it has no path to
-#   ``x``, and its share of the second derivative is silently missing
-#   (:doc:`plot_03_saving_intermediates`).
+#   through the incoming gradient when that gradient depends on ``x``, and is then wrong
+#   without an error after a smooth op downstream, and exactly zero without an error after a
+#   piecewise-linear one (ReLU); behind a linear layer it has no path to ``x``, and its share
+#   of the second derivative is silently missing (:doc:`plot_03_saving_intermediates`).
 # - Check every Function with :func:`~torch.autograd.gradcheck` *and*
 #   :func:`~torch.autograd.gradgradcheck`, in float64: only the second catches a lost graph.
 #

@@ -89,7 +89,8 @@ for name, op in ops.items():
 # Version 1: backward in differentiable ops
 # -----------------------------------------
 # Write :math:`g` with torch ops on saved tensors that autograd tracks, and autograd derives
-# both parts, at every order. Nothing else to write:
+# both parts, in reverse mode, to the third order checked below and beyond as far as the
+# native ops' own formulas go. Nothing else to write:
 #
 # .. literalinclude:: /../src/double_backward/functions/softmax.py
 #    :pyobject: softmax_vjp
@@ -115,7 +116,8 @@ autograd_graph({"grad_x": grad_x}, {"x": x_small},
 # When backward is one fused kernel (or code autograd cannot see), make it a Function whose
 # backward returns both parts by hand, as ``CubeBackward`` does in
 # :doc:`plot_04_untracked_backward`. Its backward is torch ops on its saved inputs, so third and
-# higher orders work too; each part is computed only for an input that requires grad.
+# higher orders work too in reverse mode (the third is checked below); each part is computed
+# only for an input that requires grad.
 #
 # .. literalinclude:: /../src/double_backward/functions/softmax.py
 #    :pyobject: SoftmaxHandWritten
@@ -401,11 +403,13 @@ for name, norm in (("LayerNorm", layer_norm),
 # ----------------------------------------------
 # :func:`torch.nn.functional.layer_norm` saves its mean and :math:`r` from the forward kernel
 # too. Its double backward formula accounts for their dependence on :math:`x` by hand, so its
-# second derivative is right; its third derivative differentiates that formula with the
+# second derivative by reverse mode is right (by forward mode it is not, as the end of this
+# section runs); its third derivative differentiates that formula with the
 # statistics as constants (`pytorch/pytorch#175754
 # <https://github.com/pytorch/pytorch/issues/175754>`_; a fix may make it an error instead,
 # which the table would show). So for the third order the reference is
-# LayerNorm composed of native elementwise ops and reductions, each right at every order, and
+# LayerNorm composed of native elementwise ops and reductions (at the third order the two
+# fixed Functions agree with it, and finite differences pass the first of them), and
 # finite differences: :func:`~torch.autograd.gradgradcheck` of the gradient.
 
 
@@ -437,6 +441,26 @@ for name, norm in (("F.layer_norm", F.layer_norm), ("LayerNorm", layer_norm),
         for a, b in zip(got, reference, strict=True)
     )
     print(f"{name:<24}{cells}")
+
+# %%
+# Forward mode has formulas of its own, and ``F.layer_norm``'s second derivative taken with
+# forward mode first is wrong too (`pytorch/pytorch#196700
+# <https://github.com/pytorch/pytorch/issues/196700>`_): the Hessian of a loss of it by
+# ``jacfwd`` over ``jacfwd``, against ``jacrev`` over ``jacrev``, and the composed LayerNorm's
+# by both. :doc:`plot_08_higher_orders` says where else inheritance stops.
+x_rows = x_ln[0]
+
+
+def cubed_loss(norm):
+    return lambda t: (norm(t, (8,), w_ln, b_ln) ** 3).sum()
+
+
+for name, norm in (("F.layer_norm", F.layer_norm), ("composed", composed_layer_norm)):
+    by_reverse = jacrev(jacrev(cubed_loss(norm)))(x_rows)
+    by_forward = jacfwd(jacfwd(cubed_loss(norm)))(x_rows)
+    largest = (by_forward - by_reverse).abs().max().item()
+    shown = f"{largest:.1e}" if largest > 1e-10 else "below 1e-10"
+    print(f"{name:<13} Hessian, jacfwd(jacfwd) against jacrev(jacrev): {shown}")
 
 # %%
 # Finite differences decide between them: :func:`~torch.autograd.gradgradcheck` of each gradient.

@@ -3,10 +3,11 @@ Third order and beyond, and where to stop
 =========================================
 
 Double backward is second order, but nothing stops at two: a derivative of any order exists
-exactly when every backward on the way is recorded by autograd. This page measures how far
-each of the tutorial's Functions goes, builds a pair of Functions differentiable to any order,
-and shows ``once_differentiable``, the way to say "first order only", and when it stays
-silent.
+exactly when every backward on the way is recorded by autograd, and is right when every op on
+the way has a right formula at that order. This page measures how far each of the tutorial's
+Functions goes, builds a pair of Functions differentiable to any order, shows
+``once_differentiable``, the way to say "first order only", and when it stays silent, and where
+native ops stop: a fused kernel at third order, and forward mode.
 """
 
 # %%
@@ -136,10 +137,91 @@ print(
 )
 
 # %%
+# Where inheritance stops: native kernels
+# ---------------------------------------
+# A backward made of native ops inherits their derivatives, and those are only as good as
+# each op's own formulas. A fused native kernel saves statistics from its forward, as the
+# trap of :doc:`plot_07_deriving_double_backward` does, and its double backward formula
+# accounts for them by hand; the formula one order up may not. ``F.batch_norm`` in training
+# mode, each order of :math:`\sum_i c_i \cdot` (the previous derivative) against the same
+# batch norm composed of ``mean``, ``var`` and elementwise ops (`pytorch/pytorch#186256
+# <https://github.com/pytorch/pytorch/issues/186256>`_):
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+batch = torch.randn(6, 3, dtype=torch.float64)
+weights = torch.linspace(0.5, 1.5, batch.numel(), dtype=torch.float64).view_as(batch)
+
+
+def composed_batch_norm(t):
+    return (t - t.mean(0)) / torch.sqrt(t.var(0, unbiased=False) + 1e-5)
+
+
+def fused_batch_norm(t):
+    return F.batch_norm(t, None, None, training=True)
+
+
+def batch_norm_orders(norm, orders=3):
+    t = batch.clone().requires_grad_()
+    value, found = (norm(t) ** 3).sum(), []
+    for _ in range(orders):
+        (value,) = torch.autograd.grad(value, t, create_graph=True)
+        found.append(value)
+        value = (value * weights).sum()
+    return found
+
+
+def difference(a, b):
+    """The largest difference; rounding-level ones (which vary by machine) as a bound."""
+    largest = (a - b).abs().max().item()
+    return f"{largest:.1e}" if largest > 1e-10 else "below 1e-10"
+
+
+print(f"torch {torch.__version__}, F.batch_norm (training) against the composed version:")
+for order, (fused, composed) in enumerate(
+    zip(batch_norm_orders(fused_batch_norm), batch_norm_orders(composed_batch_norm),
+        strict=True),
+    start=1,
+):
+    print(f"order {order}: largest difference {difference(fused, composed)}")
+
+# %%
+# Forward mode is the other limit: a Function's ``jvp`` staticmethod, or a native op's
+# forward-mode formula, is a derivative of its own, inherited by nothing. ``F.layer_norm``'s
+# second derivative is right by ``jacrev`` over ``jacrev``, and wrong wherever forward mode
+# comes first (`pytorch/pytorch#196700 <https://github.com/pytorch/pytorch/issues/196700>`_):
+from torch.func import jacfwd, jacrev
+
+rows = torch.randn(2, 5, dtype=torch.float64)
+gain, shift = torch.randn(5, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+
+
+def layer_norm_loss(norm):
+    return lambda t: (norm(t) ** 3).sum()
+
+
+def fused_layer_norm(t):
+    return F.layer_norm(t, (5,), gain, shift)
+
+
+def composed_layer_norm(t):
+    centred = t - t.mean(-1, keepdim=True)
+    return centred / torch.sqrt((centred**2).mean(-1, keepdim=True) + 1e-5) * gain + shift
+
+
+for name, outer, inner in (("jacrev(jacrev)", jacrev, jacrev), ("jacfwd(jacrev)", jacfwd, jacrev),
+                           ("jacrev(jacfwd)", jacrev, jacfwd), ("jacfwd(jacfwd)", jacfwd, jacfwd)):
+    fused, composed = (outer(inner(layer_norm_loss(norm)))(rows)
+                       for norm in (fused_layer_norm, composed_layer_norm))
+    print(f"F.layer_norm Hessian by {name}: largest difference {difference(fused, composed)}")
+
+# %%
 # Takeaway
 # --------
-# Differentiability is inherited: a backward made of recorded operations or of Functions with
-# their own backward can be differentiated again, to any order. When it cannot, mark it
+# Differentiability is inherited, in reverse mode: a backward made of recorded operations or of
+# Functions with their own backward can be differentiated again, to the order its native ops'
+# own formulas are right (fused kernels such as batch norm's stop at the third), and forward
+# mode inherits nothing from backward. When it cannot, mark it
 # ``@once_differentiable``, but do not count on an error: it is loud only for a second
 # ``.backward()`` whose incoming gradient requires grad, and silent when other terms of the
 # loss reach the input. Test the second derivative the way your code takes it (or run

@@ -160,11 +160,15 @@ except RuntimeError as error:
 hidden = x * 1.0
 out = ReturnsInputAsIs.apply(hidden)
 hidden.mul_(3)
+# Each step separately, so that the output says which one raises.
+step = "out.sum()"
 try:
-    torch.autograd.grad(out.sum(), x)
+    total = out.sum()
+    step = "torch.autograd.grad"
+    torch.autograd.grad(total, x)
 except RuntimeError as error:
     print(
-        f"editing the input, then backward: RuntimeError: {str(error).split('.')[0]}."
+        f"editing the input, then {step}: RuntimeError: {str(error).split('.')[0]}."
     )
 
 # %%

@@ -147,7 +147,7 @@ print(f"s''(x), analytic: {expected.detach().numpy().round(5)}")
 # :func:`double_backward.check` compares backward with forward's derivative first, and a
 # surrogate differs from it on purpose wherever it replaces it: a ``first-order`` problem,
 # whose message says what to do about it. (``ClampPassThrough`` differs only outside
-# ``[min, max]``: checked only at points inside, it would pass.)
+# ``[min, max]``: checked only at points inside, it passes, as the last line shows.)
 from double_backward import check
 
 surrogates = {
@@ -158,6 +158,9 @@ surrogates = {
 }
 for name, fn in surrogates.items():
     print(f"{name:17} default mode: {sorted(check(fn, x).problem_names())}")
+inside = torch.tensor([-0.5, 0.25, 0.75], dtype=torch.float64)
+inside_verdict = check(ClampPassThrough.apply, inside).verdict
+print(f"ClampPassThrough at {inside.tolist()} only: {inside_verdict}")
 print(check(RoundSTE.apply, x).problems[0].diagnosis)
 
 # %%

@@ -5,9 +5,10 @@ A gallery of failures
 The Functions of patterns 1 to 6 are **wrong on purpose**. Each computes the right value and
 the right first derivative, so ordinary tests pass; each breaks the second derivative. With a
 plain incoming gradient most fail loudly, with an error. As soon as the incoming gradient
-depends on the input, as it does after any nonlinear op downstream, patterns 1 to 5 return a
-**wrong number and no error**; pattern 6 does too when other terms of the loss reach the
-input. Each is executed here, its symptom captured, and followed by
+depends on the input, as it does after a smooth nonlinear op downstream, patterns 1 to 5
+return a **wrong number and no error**; after a piecewise-linear op such as ReLU, the most
+common layer, they return **exactly zero and no error**; pattern 6 is silent too when other
+terms of the loss reach the input. Each is executed here, its symptom captured, and followed by
 why it happens, the fix, and the page that teaches the fix; :func:`double_backward.check`
 names each of them. Patterns 7 and 8 are a correct Function in the old style under
 :mod:`torch.func`, and a PyTorch op without double backward.
@@ -17,11 +18,15 @@ names each of them. Patterns 7 and 8 are a correct Function in the old style und
 # How each pattern is put to the test
 # -----------------------------------
 # :func:`~double_backward.functions.failures.second_derivative` takes the second derivative of
-# ``sinh`` or ``x**2`` at three points in the three ways a reader meets it: with a plain
+# ``sinh`` or ``x**2`` at three points in the four ways a reader meets it: with a plain
 # incoming gradient (``fn(x).sum()``), with one that requires grad (as
-# :func:`~torch.autograd.gradgradcheck` passes), and with one that **depends on** ``x``, as
-# after any nonlinear op downstream: the loss :math:`\tfrac12 \sum f(x)^2`, whose second
-# derivative is :math:`f'^2 + f f''`. ``symptom`` prints each next to the native op's answer.
+# :func:`~torch.autograd.gradgradcheck` passes), with one that **depends on** ``x``, as
+# after a smooth nonlinear op downstream: the loss :math:`\tfrac12 \sum f(x)^2`, whose second
+# derivative is :math:`f'^2 + f f''`; and **after a ReLU**, the loss
+# :math:`\sum \mathrm{relu}(f(x))`, whose incoming gradient :math:`[f(x) > 0]` depends on
+# ``x`` through a step with derivative zero, and whose second derivative is
+# :math:`[f > 0]\, f''`. ``symptom`` prints each next to the native op's answer; SILENTLY ZERO
+# is a wrong answer that is exactly zero.
 # Where the gradient has no path back to ``x`` at all, it prints NO PATH TO x: asked alone,
 # :func:`torch.autograd.grad` then raises, but in a loss with other terms that reach ``x``
 # (any model has them) the Function's share silently counts as 0.
@@ -49,8 +54,14 @@ def symptom(fn, native):
             answer = f"0 beside other terms, native {expected.numpy().round(3)}"
             print(f"{label:32} NO PATH TO x    {answer}")
             continue
-        verdict = "correct" if torch.allclose(got, expected) else "SILENTLY WRONG"
-        got, expected = got.numpy().round(3), expected.numpy().round(3)
+        if torch.allclose(got, expected):
+            verdict = "correct"
+        elif not got.any():
+            verdict = "SILENTLY ZERO"
+        else:
+            verdict = "SILENTLY WRONG"
+        # + 0.0 prints a negative zero as 0.
+        got, expected = got.numpy().round(3) + 0.0, expected.numpy().round(3) + 0.0
         print(f"{label:32} {verdict:15} {got}, native {expected}")
     print(
         "check() names:",
@@ -70,7 +81,9 @@ symptom(SinhBad.apply, torch.sinh)
 # **Why:** forward runs in no-grad mode, so the intermediates have no history; ``grad_x`` is
 # built from them and from ``grad_out`` only. When ``grad_out`` depends on ``x``, its path is
 # the only one left: the term through :math:`\cosh x` is lost, and the answer is
-# :math:`\cosh^2 x` instead of :math:`\cosh 2x`, with no error. **Fix:** return them as extra
+# :math:`\cosh^2 x` instead of :math:`\cosh 2x`, with no error. After a ReLU, ``grad_out``
+# is ReLU's 0/1 step, whose derivative is zero: the only path left gives exactly 0 instead of
+# :math:`[\sinh x > 0] \sinh x`, again with no error. **Fix:** return them as extra
 # outputs and save them with ``save_for_backward``: :doc:`plot_03_saving_intermediates`.
 #
 # 2. ``save_for_backward`` on an intermediate that is not an output
@@ -176,10 +189,9 @@ except RuntimeError as error:
 #
 # 8. A built-in op without double backward
 # -----------------------------------------
-# Not every PyTorch operation has a differentiable backward. On CPU,
-# ``torch.nn.functional.scaled_dot_product_attention`` (and so every
-# ``torch.nn.TransformerEncoderLayer``) runs a fused kernel whose backward has no
-# derivative of its own: first order works, the second raises.
+# Not every PyTorch operation has a differentiable backward. On CPU, without dropout,
+# ``torch.nn.functional.scaled_dot_product_attention`` runs a fused kernel whose backward has
+# no derivative of its own (torch 2.13): first order works, the second raises.
 import torch.nn.functional as F
 
 torch.manual_seed(0)
@@ -216,6 +228,26 @@ for fix in (attention_by_hand, math_kernel_attention):
     print(f"gradgradcheck({fix.__name__}) passed: {gradgradcheck(fix, (query,))}")
 same = torch.allclose(attention_by_hand(query), math_kernel_attention(query))
 print(f"same attention: {same}")
+
+# %%
+# Whether a model meets that kernel depends on how it calls attention. A
+# ``torch.nn.TransformerEncoderLayer`` (torch 2.13, CPU) passes its attention dropout to
+# ``F.scaled_dot_product_attention``; with dropout active, in train
+# mode with the default ``dropout=0.1``, torch picks the composite MATH kernel and the second
+# derivative works. With ``dropout=0``, or in eval mode, it picks the fused kernel and raises:
+for dropout, train in ((0.1, True), (0.0, True), (0.1, False)):
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=dropout, batch_first=True,
+                                             dtype=torch.float64).train(train)
+    tokens = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)
+    (grad_tokens,) = torch.autograd.grad(layer(tokens).pow(2).sum(), tokens,
+                                         create_graph=True)
+    label = f"dropout={dropout}, {'train' if train else 'eval'} mode:"
+    try:
+        torch.autograd.grad(grad_tokens.pow(2).sum(), tokens)
+        print(f"{label:28} second derivative computed")
+    except RuntimeError as error:
+        print(f"{label:28} LOUD ERROR  RuntimeError: {str(error).splitlines()[0]}")
 
 # %%
 # Attention is not the only one: :doc:`plot_14_builtins_without_double_backward` finds such

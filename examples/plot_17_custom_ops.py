@@ -105,6 +105,22 @@ except RuntimeError as error:
     print(f"second order: RuntimeError: {error}")
 
 # %%
+# Unlike a backward that leaves no graph (:doc:`plot_18_cpp_extension`), the recorded call
+# is on every path back to ``x``, so the error comes in the losses a model meets too:
+# composed with a nonlinear op, after a ReLU, and beside another term that reaches ``x``.
+for label, loss in (
+    ("composed, squared", lambda t: (cube_with_untracked_backward(t) ** 2).sum()),
+    ("after relu", lambda t: torch.relu(cube_with_untracked_backward(t)).sum()),
+    ("beside x**2", lambda t: cube_with_untracked_backward(t).sum() + (t**2).sum()),
+):
+    (grad_in_loss,) = torch.autograd.grad(loss(x), x, create_graph=True)
+    try:
+        torch.autograd.grad(grad_in_loss.sum(), x)
+        print(f"{label:18} second derivative computed")
+    except RuntimeError as error:
+        print(f"{label:18} RuntimeError: {str(error).splitlines()[0][:60]}...")
+
+# %%
 # What the custom operators give: fake tensors and export
 # -------------------------------------------------------
 # ``torch.compile`` and ``torch.export`` trace with *fake tensors*, which have a shape and a dtype

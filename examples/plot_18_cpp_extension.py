@@ -66,15 +66,27 @@ print(f"dy/dx, native:    {native_grad_x.tolist()}")
 torch.testing.assert_close(untracked_grad_x, native_grad_x.detach())
 
 # %%
-# ... but its second derivative fails
-# -----------------------------------
+# ... but its second derivative fails, loudly or silently
+# -------------------------------------------------------
 # Even with ``create_graph=True``, the gradient the kernel wrote has no ``grad_fn``: there is
-# nothing to differentiate. Asking for the second derivative raises:
+# nothing to differentiate. When the C++ Function's output is the whole loss, asking for the
+# second derivative raises:
 print(f"grad_x.grad_fn: {untracked_grad_x.grad_fn}")
 try:
     torch.autograd.grad(untracked_grad_x.sum(), x)
 except RuntimeError as error:
     print(f"RuntimeError: {error}")
+
+# %%
+# In a model the loss has other terms. Beside one that reaches ``x`` (here ``x**2``), the
+# gradient has a graph through that term, nothing raises, and the Function's share of the
+# second derivative, :math:`6x`, is silently missing:
+(beside_grad_x,) = torch.autograd.grad(
+    cube_untracked(x).sum() + (x**2).sum(), x, create_graph=True
+)
+(beside,) = torch.autograd.grad(beside_grad_x.sum(), x)
+print(f"d2/dx2 of cube_untracked(x) + x**2: {beside.tolist()}")
+print(f"right (6x + 2):                     {(6 * x.detach() + 2).tolist()}")
 
 # %%
 # Version 2: the kernel wrapped in its own Function

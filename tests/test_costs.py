@@ -25,6 +25,7 @@ from double_backward.costs import (
     load_measurements,
     ops_listing,
     peak_memory,
+    penalty_double_backward,
     saved_tensors,
 )
 from double_backward.functions.sinh_variants import sinh_tutorial
@@ -194,6 +195,46 @@ def test_backward_ops_of_a_native_square_are_the_kernels_of_its_derivative_formu
     first, second = backward_ops(lambda t: t**2, torch.randn(3))
     assert "pow" in first and "mul" in first
     assert "pow" in second
+
+
+def test_the_penalty_step_differentiates_with_respect_to_x_and_grad_out():
+    x, grad_out, grad_grad_x = (torch.randn(N, dtype=torch.float64) for _ in range(3))
+    # y = x²: grad_x = 2x · grad_out; its derivative along grad_grad_x is 2 · grad_out ·
+    # grad_grad_x in x and 2x · grad_grad_x in grad_out (by hand).
+    grad2_x, grad2_grad_out = penalty_double_backward(Square.apply, x, grad_out, grad_grad_x)
+    torch.testing.assert_close(grad2_x, 2 * grad_out * grad_grad_x)
+    torch.testing.assert_close(grad2_grad_out, 2 * x * grad_grad_x)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_each_case_agrees_with_its_native_op_in_the_penalty_step(case):
+    x, grad_out, grad_grad_x = (torch.randn(50, dtype=torch.float64) for _ in range(3))
+    for ours, native in zip(
+        penalty_double_backward(case.custom, x, grad_out, grad_grad_x),
+        penalty_double_backward(case.native, x, grad_out, grad_grad_x),
+        strict=True,
+    ):
+        torch.testing.assert_close(ours, native)
+
+
+def test_cube_skips_the_grad_out_term_only_when_grad_out_does_not_require_grad():
+    # CubeBackward's term for grad_out is 3x² · (a pow and two mul): skipped with a plain
+    # grad_out, computed when grad_out requires grad, as in a penalty.
+    from double_backward import Cube
+
+    plain = backward_ops(Cube.apply, torch.randn(3))[1]
+    penalty = backward_ops(Cube.apply, torch.randn(3), grad_out_requires_grad=True)[1]
+    assert "pow" not in plain
+    assert "pow" in penalty
+    assert len(penalty) == len(plain) + 3
+
+
+def test_the_committed_measurements_time_both_double_backward_cases():
+    measurements = load_measurements()
+    kinds = {row["kind"] for row in measurements["devices"]["cpu"]["times"]}
+    assert kinds == {"forward_backward", "double_backward", "penalty_double_backward"}
+    for row in measurements["targets"]:
+        assert row["penalty_time_met"] == (row["penalty_time_ratio"] <= row["time_target"])
 
 
 def test_ops_listing_never_runs_a_long_label_into_the_ops():

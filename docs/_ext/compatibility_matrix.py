@@ -1,8 +1,9 @@
 """Write the compatibility matrix: every Function the package ships, under every transform.
 
 Each cell is run with the installed torch when the matrix is generated: the Function under a
-transform (a first or second backward, ``gradgradcheck``, a ``torch.func`` transform,
-``torch.compile``) against the same transform of the native op. A cell is ``pass`` when the
+transform (a first or second backward, the second derivative of four losses
+(:data:`LOSSES`), ``gradgradcheck``, a ``torch.func`` transform, ``torch.compile``) against
+the same transform of the native op. A cell is ``pass`` when the
 two agree, the error's first line (linked to its entry in the error index) when it raises,
 and "wrong, no error" when it runs and disagrees. A message the error index does not know
 fails the build: add a scenario for it to ``error_index.py``.
@@ -127,6 +128,31 @@ def _derivative(fn: Callable, order: int, create_graph_last: bool = False):
     return value
 
 
+# The loss a second derivative is taken of decides what a broken Function does: with
+# ``f(x).sum()`` the incoming gradient is plain ones, the special case where most broken
+# Functions raise. In a composed loss (``½ Σ f(x)²``, f after a smooth nonlinear op) the
+# incoming gradient depends on x; after a ReLU (``Σ relu(f(x))``) it is a 0/1 step whose own
+# derivative is zero; beside another term (``Σ f(x) + Σ x²``) the gradient reaches x through
+# that term even when f's share has no path. These are the cases a training loss meets.
+LOSSES: dict[str, Callable] = {
+    "composed loss": lambda fn, x: (fn(x) ** 2).sum() / 2,
+    "after relu": lambda fn, x: fn(x).relu().sum(),
+    "beside x**2": lambda fn, x: fn(x).sum() + (x**2).sum(),
+}
+
+
+def _second_derivative_of(loss: str) -> Callable:
+    def run(fn: Callable):
+        import torch
+
+        x = _leaf()
+        (grad_x,) = torch.autograd.grad(LOSSES[loss](fn, x), x, create_graph=True)
+        (second,) = torch.autograd.grad(grad_x.sum(), x)
+        return second
+
+    return run
+
+
 def _third_order(fn: Callable):
     # Taken as plot_08 takes them: a derivative with no graph back to x is constant, so
     # the next one is zero (x**2 has no third-order graph, and needs none).
@@ -185,6 +211,9 @@ def _torch_func(name: str) -> Callable:
 COLUMNS: dict[str, Callable] = {
     "first backward": lambda fn: _derivative(fn, 1),
     "double backward": lambda fn: _derivative(fn, 2),
+    "double backward, composed loss": _second_derivative_of("composed loss"),
+    "double backward, after relu": _second_derivative_of("after relu"),
+    "double backward, beside x**2": _second_derivative_of("beside x**2"),
     "gradgradcheck": _gradgradcheck,
     "third order": _third_order,
     "vmap": _torch_func("vmap"),
@@ -284,20 +313,26 @@ def _escape(text: str) -> str:
 
 # Short column headers, so that the table fits a page.
 HEADERS = {
-    "first backward": "1st backward",
-    "double backward": "2nd backward",
+    "first backward": "1st backward of Σ f(x)",
+    "double backward": "2nd backward of Σ f(x)",
+    "double backward, composed loss": "2nd backward of ½ Σ f(x)²",
+    "double backward, after relu": "2nd backward of Σ relu(f(x))",
+    "double backward, beside x**2": "2nd backward of Σ f(x) + Σ x²",
     "gradgradcheck": "grad&shy;grad&shy;check",
     "third order": "3rd order",
     "compile, first order": "compile, 1st",
-    "compile, double backward": "compile, 2nd",
+    "compile, double backward": "compile, 2nd of Σ f(x)",
 }
 
 
-# The page shows two tables, so that each fits the page's width.
+# The page shows three tables, so that each fits the page's width.
 TABLES = {
-    "Derivatives and torch.compile": [
-        "first backward", "double backward", "gradgradcheck", "third order",
-        "compile, first order", "compile, double backward",
+    "Second derivative, by the loss it is taken of": [
+        "first backward", "double backward", "double backward, composed loss",
+        "double backward, after relu", "double backward, beside x**2", "gradgradcheck",
+    ],
+    "Third order and torch.compile": [
+        "third order", "compile, first order", "compile, double backward",
     ],
     "torch.func": ["vmap", "jacrev", "jacfwd", "hessian", "jvp"],
 }  # fmt: skip
@@ -489,4 +524,6 @@ def setup(app: Sphinx) -> dict[str, object]:
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 
-__all__ = ["COLUMNS", "ROWS", "Cell", "Row", "measure", "render", "run_matrix"]
+__all__ = [
+    "COLUMNS", "LOSSES", "ROWS", "TABLES", "Cell", "Row", "measure", "render", "run_matrix",
+]  # fmt: skip

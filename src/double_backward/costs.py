@@ -182,19 +182,29 @@ def aten_ops(step: Callable[[], Any]) -> list[str]:
 
 
 def backward_ops(
-    fn: Callable[[torch.Tensor], Any], x: torch.Tensor
+    fn: Callable[[torch.Tensor], Any],
+    x: torch.Tensor,
+    *,
+    grad_out_requires_grad: bool = False,
 ) -> tuple[list[str], list[str]]:
     """The ATen operators of the ``create_graph=True`` backward of ``fn`` at ``x``, then of
-    the backward of that (both with incoming gradients of ones)."""
+    the backward of that (both with incoming gradients of ones).
+
+    With ``grad_out_requires_grad=True`` the first incoming gradient requires grad and the
+    second backward is taken with respect to x and to it, as in a penalty
+    (:func:`penalty_double_backward`).
+    """
     x = x.detach().requires_grad_()
     y = fn(x)
+    grad_out = torch.ones_like(y, requires_grad=grad_out_requires_grad)
+    wrt = (x, grad_out) if grad_out_requires_grad else (x,)
     grads: list[torch.Tensor] = []
 
     def first_backward() -> None:
-        grads.append(torch.autograd.grad(y, x, torch.ones_like(y), create_graph=True)[0])
+        grads.append(torch.autograd.grad(y, x, grad_out, create_graph=True)[0])
 
     first = aten_ops(first_backward)
-    second = aten_ops(lambda: torch.autograd.grad(grads[0], x, torch.ones_like(x)))
+    second = aten_ops(lambda: torch.autograd.grad(grads[0], wrt, torch.ones_like(x)))
     return first, second
 
 
@@ -298,6 +308,25 @@ def double_backward(
     (grad_x,) = torch.autograd.grad(fn(x), x, grad_out, create_graph=True)
     (grad2_x,) = torch.autograd.grad(grad_x, x, grad_grad_x)
     return grad2_x
+
+
+def penalty_double_backward(
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    grad_out: torch.Tensor,
+    grad_grad_x: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`double_backward` with a ``grad_out`` that requires grad, as in a penalty.
+
+    In a gradient penalty or a composed loss the incoming gradient is itself computed from
+    the parameters and from x, so it requires grad and the second backward reaches it too.
+    Returns the second backward's gradients with respect to x and to grad_out.
+    """
+    x = x.detach().requires_grad_()
+    grad_out = grad_out.detach().requires_grad_()
+    (grad_x,) = torch.autograd.grad(fn(x), x, grad_out, create_graph=True)
+    grad2_x, grad2_grad_out = torch.autograd.grad(grad_x, (x, grad_out), grad_grad_x)
+    return grad2_x, grad2_grad_out
 
 
 @dataclass(frozen=True)

@@ -30,16 +30,20 @@ COMPILE = "Double backward through torch.compile"
 CPP_FUNC = "C++ Function under torch.func"
 NO_GRAPH = "The gradient has no graph"
 TORCH_FUNC = ["vmap", "jacrev", "jacfwd", "hessian", "jvp"]
-FIRST_FOUR = ["first backward", "double backward", "gradgradcheck", "third order"]
+FIRST_SEVEN = [
+    "first backward", "double backward", "double backward, composed loss",
+    "double backward, after relu", "double backward, beside x**2", "gradgradcheck",
+    "third order",
+]  # fmt: skip
 
 
 def _row(
-    first_four=PASS, torch_func=OLD_STYLE, compile_first=PASS, compile_double=COMPILE
+    first_seven=PASS, torch_func=OLD_STYLE, compile_first=PASS, compile_double=COMPILE
 ):
-    values = [first_four] * 4 if isinstance(first_four, str) else first_four
+    values = [first_seven] * 7 if isinstance(first_seven, str) else first_seven
     funcs = [torch_func] * 5 if isinstance(torch_func, str) else torch_func
     return dict(
-        zip([*FIRST_FOUR, *TORCH_FUNC], [*values, *funcs], strict=True),
+        zip([*FIRST_SEVEN, *TORCH_FUNC], [*values, *funcs], strict=True),
         **{
             "compile, first order": compile_first,
             "compile, double backward": compile_double,
@@ -57,7 +61,9 @@ CLAIMS = {
     "SinhBad (tutorial, broken)": (
         SinhBad.apply,
         torch.sinh,
-        _row([PASS, "The gradient has no graph", "gradgradcheck finds a mismatch", WRONG]),
+        # Raises only for Σ f(x); in a composed loss, after a ReLU (exactly zero, tested
+        # below) or beside x², silently wrong.
+        _row([PASS, NO_GRAPH, WRONG, WRONG, WRONG, "gradgradcheck finds a mismatch", WRONG]),
     ),
     # NumPy in backward: Dynamo runs it eagerly at a graph break, so double backward works.
     "Cube (tutorial)": (Cube.apply, lambda t: t**3, _row(compile_double=PASS)),
@@ -93,7 +99,9 @@ CLAIMS = {
         cpp_extension.cube_untracked,
         lambda t: t**3,
         _row(
-            [PASS, NO_GRAPH, "gradgradcheck finds no second derivative", WRONG],
+            # Beside x², its share of the second derivative is silently missing.
+            [PASS, NO_GRAPH, NO_GRAPH, NO_GRAPH, WRONG,
+             "gradgradcheck finds no second derivative", WRONG],
             torch_func=CPP_FUNC,
             compile_double=NO_GRAPH,
         ),
@@ -134,9 +142,26 @@ def _third(fn):
     return value
 
 
+def _second_of(loss):
+    # d/dx of Σ ∂loss/∂x, the loss written out here rather than taken from the matrix.
+    def run(fn):
+        x = _x(True)
+        (grad_x,) = torch.autograd.grad(loss(fn, x), x, create_graph=True)
+        return torch.autograd.grad(grad_x.sum(), x)[0]
+
+    return run
+
+
 INDEPENDENT = {
     "first backward": lambda fn: _nth(fn, _x(True), 1),
     "double backward": lambda fn: _nth(fn, _x(True), 2),
+    "double backward, composed loss": _second_of(
+        lambda fn, x: 0.5 * fn(x).pow(2).sum()
+    ),
+    "double backward, after relu": _second_of(lambda fn, x: torch.relu(fn(x)).sum()),
+    "double backward, beside x**2": _second_of(
+        lambda fn, x: fn(x).sum() + x.pow(2).sum()
+    ),
     "third order": _third,
     "vmap": lambda fn: vmap(fn)(torch.stack([_x(), 2 * _x()])),
     "jacrev": lambda fn: jacrev(fn)(_x()),
@@ -167,6 +192,12 @@ def test_claims_cover_every_row_and_column_of_the_page():
 def test_claimed_pass_agrees_with_native(key, column):
     fn, native, _ = CLAIMS[key]
     torch.testing.assert_close(INDEPENDENT[column](fn), INDEPENDENT[column](native))
+
+
+def test_sinh_bad_after_relu_is_exactly_zero():
+    second = INDEPENDENT["double backward, after relu"](SinhBad.apply)
+    assert (second == 0).all()
+    assert INDEPENDENT["double backward, after relu"](torch.sinh).abs().max() > 1
 
 
 @pytest.mark.parametrize(("key", "column"), _cells(WRONG))
@@ -253,10 +284,18 @@ def test_render_links_each_error_to_its_index_entry_and_states_the_torch_version
     cells["cube (custom op) | jvp"] = {"outcome": WRONG, "detail": "off by 12"}
     page = matrix.render({"9.9.9": matrix.Measurement("9.9.9", "", cells, live=True)})
     table_lines = [line for line in page.splitlines() if line.startswith("|")]
-    assert len({line.replace("\\|", "").count("|") for line in table_lines}) == 2, (
+    tables, current = [], []
+    for line in [*page.splitlines(), ""]:
+        if line.startswith("|"):
+            current.append(line.replace("\\|", "").count("|"))
+        elif current:
+            tables.append(current)
+            current = []
+    assert len(tables) == len(matrix.TABLES)
+    assert all(len(set(cells)) == 1 for cells in tables), (
         "every row of a table has as many cells as its header"
     )
-    assert len(table_lines) == 2 * (len(matrix.ROWS) + 2)
+    assert len(table_lines) == len(matrix.TABLES) * (len(matrix.ROWS) + 2)
     assert "torch 9.9.9" in page
     assert "(run when this page was built)" in page
     assert "{ref}`E1 <matrix-error-1>`" in page
@@ -285,7 +324,7 @@ def test_render_shows_each_release_and_the_cells_that_changed_between_them():
     assert "## torch 2.13.0" in page and "## torch 2.14.1" in page
     assert "measured 2026-12-03 18:40 UTC by `nox -s matrix -- 2.14.1`" in page
     table_lines = [line for line in page.splitlines() if line.startswith("|")]
-    assert len(table_lines) == 2 * 2 * (len(matrix.ROWS) + 2)
+    assert len(table_lines) == 2 * len(matrix.TABLES) * (len(matrix.ROWS) + 2)
     # One changed cell: the reworded message is the same index entry, so not a change.
     changes = [line for line in page.splitlines() if line.startswith("- `")]
     assert changes == [

@@ -101,6 +101,55 @@ def test_second_derivative_of_a_native_op_matches_the_hessian_of_each_loss(x):
     torch.testing.assert_close(composed, torch.cosh(2 * x.detach()))
 
 
+def test_second_derivative_after_relu_matches_the_hessian_of_the_relu_loss(x):
+    after_relu = native_hessian_diagonal(lambda t: torch.relu(torch.sinh(t)).sum(), x)
+    torch.testing.assert_close(
+        failures.second_derivative(torch.sinh, x, "after relu"), after_relu
+    )
+    # By hand: d²/dx² of relu(sinh x) is [sinh x > 0] sinh x, away from 0.
+    x = x.detach()
+    torch.testing.assert_close(after_relu, torch.where(x > 0, torch.sinh(x), 0.0))
+
+
+BROKEN_SINH_AFTER_RELU = [
+    pytest.param(SinhBad.apply, id="sinh-bad"),
+    *BROKEN_SECOND_ORDER[:3],
+]
+
+
+@pytest.mark.parametrize("fn", BROKEN_SINH_AFTER_RELU)
+def test_a_broken_sinh_after_relu_gives_an_exact_silent_zero(fn, x):
+    # relu's incoming gradient is a 0/1 step whose derivative is zero: grad_x's only path
+    # to x goes through it, so plain autograd returns exactly 0 and raises nothing.
+    leaf = x.detach().requires_grad_()
+    output = fn(leaf)
+    output = output[0] if isinstance(output, tuple) else output
+    (grad_x,) = torch.autograd.grad(torch.relu(output).sum(), leaf, create_graph=True)
+    (by_autograd,) = torch.autograd.grad(grad_x.sum(), leaf)
+    assert (by_autograd == 0).all()
+    second = failures.second_derivative(fn, x, "after relu", no_path_as_zero=False)
+    assert second is not None and (second == 0).all()
+    native = native_hessian_diagonal(lambda t: torch.relu(torch.sinh(t)).sum(), x)
+    assert native.abs().max() > 1  # sinh 2 = 3.63 where x = 2
+
+
+def test_a_broken_sinh_in_a_relu_network_gives_an_exact_silent_zero(x):
+    # SinhBad -> Linear -> ReLU -> Linear, against the same network after torch.sinh.
+    torch.manual_seed(0)
+    network = torch.nn.Sequential(
+        torch.nn.Linear(1, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1)
+    ).double()
+
+    def second(sinh_fn):
+        leaf = x.detach().requires_grad_()
+        loss = network(sinh_fn(leaf).unsqueeze(-1)).sum()
+        (grad_x,) = torch.autograd.grad(loss, leaf, create_graph=True)
+        return torch.autograd.grad(grad_x.sum(), leaf)[0]
+
+    assert (second(SinhBad.apply) == 0).all()
+    assert second(torch.sinh).abs().max() > 0.01
+
+
 def test_second_derivative_refuses_an_unknown_incoming_gradient(x):
     with pytest.raises(ValueError, match="grad_out must be one of"):
         failures.second_derivative(torch.sinh, x, "zeros")

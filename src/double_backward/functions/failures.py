@@ -2,9 +2,12 @@
 
 Each Function below computes the right value and the right first derivative; each gets the
 second derivative wrong in its own way. How wrong depends on the incoming gradient: with a
-plain one (``fn(x).sum()``) most raise, but after any nonlinear op downstream (a loss, a
+plain one (``fn(x).sum()``) most raise, but after a smooth nonlinear op downstream (a loss, a
 square) the incoming gradient depends on ``x`` and the same Function returns a wrong number
-without an error. :func:`second_derivative` takes the second derivative in each of those ways;
+without an error; after a piecewise-linear one (ReLU, the most common layer) the incoming
+gradient is a 0/1 step whose own derivative is zero, and the same Function returns exactly
+zero, again without an error. :func:`second_derivative` takes the second derivative in each of
+those ways;
 the site runs it to show the symptoms, the tests pin each failure, and
 :func:`double_backward.check` must name each problem. The fixes are in
 ``double_backward.functions.saving_intermediates`` and
@@ -38,7 +41,7 @@ class SinhSavesIntermediate(torch.autograd.Function):
     save_for_backward accepts them, yet they were made in no-grad mode and have no history,
     so grad_x reaches x only through grad_out, exactly as when they are stashed on ctx: an
     error with a plain grad_out, a wrong number (cosh² x for d²/dx² of ½ sinh² x, instead of
-    cosh 2x) when grad_out depends on x.
+    cosh 2x) when grad_out depends on x smoothly, and exactly zero after a ReLU.
     """
 
     @staticmethod
@@ -259,7 +262,7 @@ class CubeJvpOnOuterOnly(torch.autograd.Function):
 
 
 # -- how readers meet the failures --------------------------------------------------------
-GRAD_OUTS = ("ones", "ones requiring grad", "depends on x")
+GRAD_OUTS = ("ones", "ones requiring grad", "depends on x", "after relu")
 """The incoming gradients :func:`second_derivative` can use, as readers meet them."""
 
 
@@ -277,8 +280,13 @@ def second_derivative(
     - ``"ones requiring grad"``: ones that require grad, as ``gradgradcheck`` and some
       gradient penalties pass: gives :math:`f''(x)` too;
     - ``"depends on x"``: the gradient of :math:`\tfrac12 \sum f(x)^2`, whose incoming
-      gradient :math:`f(x)` depends on ``x``, as after any nonlinear op downstream: gives
-      :math:`f'(x)^2 + f(x)\,f''(x)`.
+      gradient :math:`f(x)` depends on ``x``, as after a smooth nonlinear op downstream:
+      gives :math:`f'(x)^2 + f(x)\,f''(x)`;
+    - ``"after relu"``: the gradient of :math:`\sum \mathrm{relu}(f(x))`, whose incoming
+      gradient :math:`[f(x) > 0]` depends on ``x`` through a step with derivative zero, as
+      after any piecewise-linear op downstream (ReLU, max-pooling, a clamp): gives
+      :math:`[f(x) > 0]\,f''(x)`. A Function whose gradient reaches ``x`` only through its
+      incoming gradient gets exactly zero here, with no error.
 
     A gradient with no path back to ``x`` has no second derivative to give. Asked alone,
     ``torch.autograd.grad`` raises ("appears to not have been used in the graph"); summed
@@ -293,6 +301,8 @@ def second_derivative(
     y = y[0] if isinstance(y, tuple) else y
     if grad_out == "depends on x":
         (grad_x,) = torch.autograd.grad((y**2).sum() / 2, x, create_graph=True)
+    elif grad_out == "after relu":
+        (grad_x,) = torch.autograd.grad(torch.relu(y).sum(), x, create_graph=True)
     else:
         incoming = torch.ones_like(y, requires_grad=grad_out == "ones requiring grad")
         (grad_x,) = torch.autograd.grad(y, x, incoming, create_graph=True)

@@ -89,13 +89,20 @@ class SinhBad(torch.autograd.Function):
     """BROKEN on purpose, do not copy: sinh x with its intermediates stashed on ctx.
 
     The intermediates were made in no-grad mode and are not outputs, so they have no
-    history: grad_x is right, but its only path back to x goes through grad_out. With a
-    plain grad_out (``sinh(x).sum()``) the second derivative is an error. When grad_out
-    depends on x, as after any nonlinear op downstream (``(SinhBad.apply(x) ** 2).sum()``),
-    it is silently wrong: the term through cosh x is lost, and d²/dx² of ½ sinh² x comes out
-    as cosh² x instead of cosh 2x. When grad_out requires grad but does not depend on x
-    (behind a linear layer), grad_x has no path back to x: ``grad`` alone raises, and beside
-    other terms of the loss SinhBad's share of the second derivative is silently missing.
+    history: grad_x is right, but its only path back to x goes through grad_out. Four
+    outcomes, by what follows SinhBad in the loss:
+
+    - a plain grad_out (``sinh(x).sum()``): the second derivative is an error;
+    - after a smooth nonlinear op (``(SinhBad.apply(x) ** 2).sum()``): grad_out depends on
+      x, and the result is silently wrong: the term through cosh x is lost, and d²/dx² of
+      ½ sinh² x comes out as cosh² x instead of cosh 2x;
+    - after a piecewise-linear op (``relu(SinhBad.apply(x)).sum()``, or a
+      ``Linear -> ReLU -> Linear`` network): grad_out is ReLU's 0/1 step, whose derivative is
+      zero, and the result is exactly 0 with no error, instead of [sinh x > 0] sinh x;
+    - grad_out requires grad but does not depend on x (behind a linear layer): grad_x has no
+      path back to x; ``grad`` alone raises, and beside other terms of the loss SinhBad's
+      share of the second derivative is silently missing.
+
     Sinh is the fix.
     """
 

@@ -277,12 +277,15 @@ def site(session: nox.Session) -> None:
         str(reader_python), "-m", "pip", "wheel", "--quiet", "--no-deps", "-c", CONSTRAINTS,
         "--wheel-dir", str(WHEELHOUSE), *extras["graphs"], external=True,
     )  # fmt: skip
+    # On every core: the reader's site is built once for all workers, and each worker runs the
+    # downloads in a venv of its own over the reader's (site_tests/conftest.py).
     session.run(
-        "pytest", "site_tests", *session.posargs,
+        "pytest", "site_tests", *PARALLEL_PYTEST, *session.posargs,
         env={
             "DOUBLE_BACKWARD_READER_PYTHON": str(pages_python),
             "DOUBLE_BACKWARD_BARE_READER_PYTHON": str(reader_python),
             "DOUBLE_BACKWARD_WHEELHOUSE": str(WHEELHOUSE),
+            **one_thread_per_worker(),
         },
     )  # fmt: skip
 

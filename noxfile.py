@@ -64,13 +64,26 @@ def require_compiler(session: nox.Session) -> None:
         )
 
 
+# pytest-xdist: one worker per CPU, each handed the next test as it frees up (the 1e6-element
+# tests take seconds, most take milliseconds). `-- -n 0` runs in one process, for a debugger.
+PARALLEL_PYTEST = ("-n", "auto", "--dist", "worksteal")
+
+
+def one_thread_per_worker() -> dict[str, str]:
+    """torch's threads per xdist worker: one, unless set (workers x threads = CPUs; two
+    workers of two threads each on two CPUs wait on each other's spinning threads)."""
+    return {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Run the test suite with coverage of src/ (at least 95% of lines and branches)."""
     require_graphviz(session)
     require_compiler(session)
     install(session, "test")
-    session.run("pytest", "--cov", "--cov-report=term-missing", *session.posargs)
+    # pytest-cov combines the workers' coverage; fail_under (pyproject.toml) applies to it.
+    session.run("pytest", *PARALLEL_PYTEST, "--cov", "--cov-report=term-missing",
+                *session.posargs, env=one_thread_per_worker())  # fmt: skip
 
 
 @nox.session
@@ -136,7 +149,8 @@ def tests_torch(session: nox.Session, torch: str) -> None:
     require_graphviz(session)
     require_compiler(session)
     python = torch_venv(session, torch)
-    session.run(python, "-m", "pytest", *session.posargs, external=True)
+    session.run(python, "-m", "pytest", *PARALLEL_PYTEST, *session.posargs,
+                external=True, env=one_thread_per_worker())  # fmt: skip
 
 
 @nox.session(venv_backend="none")
@@ -289,12 +303,15 @@ def site(session: nox.Session) -> None:
         str(reader_python), "-m", "pip", "wheel", "--quiet", "--no-deps", "-c", CONSTRAINTS,
         "--wheel-dir", str(WHEELHOUSE), *extras["graphs"], external=True,
     )  # fmt: skip
+    # On every core: the reader's site is built once for all workers, and each worker runs the
+    # downloads in a venv of its own over the reader's (site_tests/conftest.py).
     session.run(
-        "pytest", "site_tests", *session.posargs,
+        "pytest", "site_tests", *PARALLEL_PYTEST, *session.posargs,
         env={
             "DOUBLE_BACKWARD_READER_PYTHON": str(pages_python),
             "DOUBLE_BACKWARD_BARE_READER_PYTHON": str(reader_python),
             "DOUBLE_BACKWARD_WHEELHOUSE": str(WHEELHOUSE),
+            **one_thread_per_worker(),
         },
     )  # fmt: skip
 

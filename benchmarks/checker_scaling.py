@@ -31,15 +31,15 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the corpus lives in tests/
+sys.path.insert(0, str(ROOT))  # benchmarks.checker_cases, also when run as a script
 
 # name -> (module:attribute of the Function, how to build inputs of n elements)
 FUNCTIONS = {
     "Square (passes)": ("double_backward:Square", "vector"),
     "SinhSavesIntermediate (fails)": (
         "double_backward.functions.failures:SinhSavesIntermediate", "vector"),
-    "RMSNorm recomputing rstd (passes)": ("tests.checker_corpus:RMSNormRecompute", "rows"),
-    "RMSNorm saving rstd (fails)": ("tests.checker_corpus:RMSNormSavesRstd", "rows"),
+    "RMSNorm recomputing rstd (passes)": ("benchmarks.checker_cases:RMSNormRecompute", "rows"),
+    "RMSNorm saving rstd (fails)": ("benchmarks.checker_cases:RMSNormSavesRstd", "rows"),
 }  # fmt: skip
 
 
@@ -98,9 +98,9 @@ def measure(target: str, kind: str, n: int) -> dict:
 
 
 def detection(trials: int) -> dict[int, int]:
-    from tests.test_checker_scaling import _misses
+    from benchmarks.checker_cases import misses
 
-    return {directions: _misses(directions, trials) for directions in (1, 2)}
+    return {directions: misses(directions, trials) for directions in (1, 2)}
 
 
 def main() -> None:

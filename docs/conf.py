@@ -112,6 +112,12 @@ sphinx_gallery_conf = {
     ),
     # matplotlib's rcParams back to defaults before each example, so no page restyles the next.
     "reset_modules": ("matplotlib",),
+    # The examples run in worker processes, one per CPU (sphinx-gallery's `parallel`, with
+    # joblib); the pages are the same bytes as a serial build's (site_tests check two builds).
+    # An example that starts processes of its own (torch.multiprocessing.spawn) sets
+    # `# sphinx_gallery_parallel = False`: a worker's start method is joblib's "loky", which the
+    # spawned children cannot set up, so such an example runs first, alone, in Sphinx's process.
+    "parallel": os.cpu_count() or 1,
     # A graph on a cell's last line would otherwise print as "<graphviz...Digraph object at 0x...>".
     "capture_repr": (),
     "abort_on_example_error": True,  # an example that raises fails the build

@@ -493,3 +493,63 @@ def download_problems(site: Path, gallery: str = "auto_examples") -> list[str]:
                         f"{block.splitlines()[0][:80]!r}"
                     )
     return problems
+
+
+# -- a script and its notebook: one source ------------------------------------------------------
+
+# Code that behaves differently run by `python script.py` than in a Jupyter kernel: starting
+# processes (spawn re-imports __main__, which a kernel's cells cannot give), the script's own
+# path or arguments, IPython's display. A page whose code uses any of it has its script run
+# whole as well as its notebook; every other script is checked to hold the notebook's cells.
+RUNS_DIFFERENTLY_AS_A_SCRIPT = re.compile(
+    r"\b(?:multiprocessing|spawn|start_processes|fork|subprocess|threading|__main__|__file__"
+    r"|sys\.argv|get_ipython|IPython|display)\b"
+)
+
+
+def _notebook_code_cells(notebook: Path) -> list[str]:
+    cells = json.loads(notebook.read_text())["cells"]
+    return ["".join(cell["source"]) for cell in cells if cell["cell_type"] == "code"]
+
+
+def script_preamble(script: Path, notebook: Path) -> str:
+    """The script's code before the notebook's second code cell (its first, the install, is
+    the notebook's own): the docstring, the install line and the check for missing programs."""
+    cells = _notebook_code_cells(notebook)
+    text = script.read_text()
+    start = text.find(cells[1]) if len(cells) > 1 else len(text)
+    return text[: start if start >= 0 else len(text)]
+
+
+def script_and_notebook_problems(script: Path, notebook: Path) -> list[str]:
+    """Where a script is not its notebook's code: each code cell after the first (the
+    notebook's install cell) must appear in the script verbatim and in order, and the script
+    may have no other code, beyond its preamble, than comment lines."""
+    cells = _notebook_code_cells(notebook)
+    text = script.read_text()
+    if len(cells) < 2:
+        return [f"{notebook.name}: no code cell after the install cell"]
+    problems, position, between = [], None, []
+    for number, cell in enumerate(cells[1:], start=2):
+        found = text.find(cell, 0 if position is None else position)
+        if found < 0:
+            problems.append(
+                f"{script.name}: lacks the notebook's code cell {number} (in order): "
+                f"{cell.splitlines()[0][:80]!r}"
+            )
+            continue
+        if position is not None:
+            between.append(text[position:found])
+        position = found + len(cell)
+    if position is not None:
+        between.append(text[position:])
+    extra = [
+        line.strip() for gap in between for line in gap.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]  # fmt: skip
+    if extra:
+        problems.append(
+            f"{script.name}: code the notebook does not have: {extra[0][:80]!r}"
+            + (f" and {len(extra) - 1} more lines" if len(extra) > 1 else "")
+        )
+    return problems

@@ -6,6 +6,8 @@ set to the loopback address that serves it, so its downloads install the package
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import html
 import json
@@ -16,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -84,6 +87,51 @@ def broken_base_url(broken_site: Path) -> Iterator[str]:
     yield from serve(broken_site)
 
 
+def layered_venv(base_python: str | Path, target: Path) -> Path:
+    """A new venv at ``target`` that sees what ``base_python``'s environment has installed.
+
+    It has no packages of its own: its site-packages adds the base's site folders (their .pth
+    files too), so torch and the extras are not installed again, and pip installs into it
+    alone. Each pytest-xdist worker installs and uninstalls the package in a venv of its own;
+    the base, shared by every worker, is never changed. Returns the new venv's python.
+    """
+    base_sites = subprocess.run(
+        [base_python, "-c", "import site, sys; "
+         "print('\\n'.join(p for p in sys.path if p.endswith('-packages')))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    subprocess.run([base_python, "-m", "venv", "--without-pip", str(target)], check=True)
+    python = target / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    adds = "; ".join(f"site.addsitedir({site!r})" for site in base_sites)
+    Path(purelib, "layered-on-base.pth").write_text(f"import site; {adds}\n")
+    return python
+
+
+def _xdist_worker() -> str | None:
+    return os.environ.get("PYTEST_XDIST_WORKER")
+
+
+def shared_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder every pytest-xdist worker of this run sees (the run's base temp folder)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if _xdist_worker() else base
+
+
+@contextlib.contextmanager
+def exclusive(lock: Path) -> Iterator[None]:
+    """Hold ``lock`` (a file) against the other workers of this run."""
+    with open(lock, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 @dataclass
 class Reader:
     """A reader's venv: torch and the package's dependencies, never double_backward itself.
@@ -130,6 +178,8 @@ def reader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reader]:
         assert (found.returncode == 0) == present, (
             f"{module} in the reader's venv: {found}"
         )
+    # This worker's own venv over it: the checks install and uninstall the package there.
+    python = str(layered_venv(python, tmp_path_factory.mktemp("reader-venv")))
     # A Jupyter kernel running the reader's python, found through JUPYTER_PATH.
     jupyter = tmp_path_factory.mktemp("jupyter")
     spec = jupyter / "kernels" / "double-backward-reader" / "kernel.json"
@@ -177,19 +227,36 @@ class ReaderSite:
     base_url: str
     reader: Reader
 
-    def install_from_page(self, download: Path) -> list[str]:
-        """Run the install line the download's page shows, in the reader's venv."""
-        found = self.reader.uninstall()
-        page = self.html / "auto_examples" / f"{download.stem}.html"
+    def install_lines(self, example: str) -> set[str]:
+        """The ``pip install`` lines the example's page shows (arguments only)."""
+        page = self.html / "auto_examples" / f"{example}.html"
         text = html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))
-        lines = set(re.findall(r"^pip install (.+)$", text, flags=re.M))
+        return set(re.findall(r"^pip install (.+)$", text, flags=re.M))
+
+    def install_line(self, example: str) -> str:
+        """The one install line the example's page shows, from this site's address."""
+        lines = self.install_lines(example)
+        expected = f"double-backward[pages] @ {self.base_url}/"
+        assert len(lines) == 1 and shlex.split(next(iter(lines)))[0].startswith(expected), (
+            f"{example}.html: expected one install line from {self.base_url}, "
+            f"found {sorted(lines)}"
+        )
+        return next(iter(lines))
+
+    def install_from_page(self, download: Path, served_at: str | None = None) -> list[str]:
+        """Run the install line the download's page shows, in the reader's venv (from
+        ``served_at`` instead of the site's address, when given)."""
+        found = self.reader.uninstall()
+        lines = self.install_lines(download.stem)
         expected = f"double-backward[pages] @ {self.base_url}/"
         if len(lines) != 1 or not shlex.split(next(iter(lines)))[0].startswith(expected):
-            return [*found, f"{page.name}: expected one install line from {self.base_url}, "
-                            f"found {sorted(lines)}"]  # fmt: skip
+            return [*found, f"{download.stem}.html: expected one install line from "
+                            f"{self.base_url}, found {sorted(lines)}"]  # fmt: skip
+        line = next(iter(lines))
+        if served_at is not None:
+            line = line.replace(self.base_url, served_at)
         result = subprocess.run(
-            [self.reader.python, "-m", "pip", "install", "--quiet",
-             *shlex.split(next(iter(lines)))],
+            [self.reader.python, "-m", "pip", "install", "--quiet", *shlex.split(line)],
             capture_output=True, text=True,
         )  # fmt: skip
         if result.returncode:
@@ -199,23 +266,60 @@ class ReaderSite:
         return found
 
 
+# The servers started by _serve_until_the_run_ends: kept, so that no Popen object is collected
+# (and warns) while its process still serves.
+_SERVERS: list[subprocess.Popen] = []
+
+
+def _serve_until_the_run_ends(folder: Path, port_file: Path) -> str:
+    """Serve ``folder`` from a process of its own that outlives this worker; its base URL.
+
+    It stops when the pytest process running the workers (this one, without xdist) ends.
+    """
+    owner = os.getppid() if _xdist_worker() else os.getpid()
+    _SERVERS.append(subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("serve_site.py")),
+         str(folder), str(port_file), str(owner)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    ))  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not port_file.exists():
+        if time.monotonic() > deadline:
+            pytest.fail(f"the reader's site server wrote no port to {port_file} in 60 s")
+        time.sleep(0.1)
+    return f"http://127.0.0.1:{port_file.read_text()}"
+
+
 @pytest.fixture(scope="session")
 def reader_site(
     tmp_path_factory: pytest.TempPathFactory, reader: Reader
 ) -> Iterator[ReaderSite]:
-    """Two clean builds with SOURCE_DATE_EPOCH; the first served on the URL it was built for."""
-    root = tmp_path_factory.mktemp("reader-site")
-    first = root / "first" / "html"
-    server = ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(first))
-    )
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    env = {**os.environ, "SOURCE_DATE_EPOCH": "1767225600"}
-    # The second build starts with an empty C++ build cache, so a page that printed whether
-    # the extension was compiled now or loaded from the cache would differ.
-    second_env = {**env, "DOUBLE_BACKWARD_CACHE_DIR": str(root / "empty-cache")}
-    for name, build_env in (("first", env), ("second", second_env)):
-        tree = copy_sources(root / name)
-        build_html(tree, "html", "-D", f"html_baseurl={url}/", env=build_env)
-    for base_url in serve(first, server):
-        yield ReaderSite(first, root / "second" / "html", base_url, reader)
+    """Two clean builds with SOURCE_DATE_EPOCH; the first served on the URL it was built for.
+
+    Built once per run: the first pytest-xdist worker to need it builds it while the others
+    wait, and all use it; a failed build is reported to each, not tried again.
+    """
+    shared = shared_folder(tmp_path_factory)
+    root = shared / "reader-site"
+    built, failed = shared / "reader-site.json", shared / "reader-site.failed"
+    with exclusive(shared / "reader-site.lock"):
+        if failed.exists():
+            pytest.fail(f"building the reader's site failed:\n{failed.read_text()}")
+        if not built.exists():
+            try:
+                first = root / "first" / "html"
+                url = _serve_until_the_run_ends(first, root.parent / "reader-site.port")
+                env = {**os.environ, "SOURCE_DATE_EPOCH": "1767225600"}
+                # The second build starts with an empty C++ build cache, so a page that printed
+                # whether the extension was compiled now or loaded from the cache would differ.
+                second_env = {**env, "DOUBLE_BACKWARD_CACHE_DIR": str(root / "empty-cache")}
+                for name, build_env in (("first", env), ("second", second_env)):
+                    tree = copy_sources(root / name)
+                    build_html(tree, "html", "-D", f"html_baseurl={url}/", env=build_env)
+            except BaseException as error:  # build_html exits with the build's output
+                failed.write_text(f"{type(error).__name__}: {error}")
+                raise
+            built.write_text(json.dumps({"base_url": url}))
+    base_url = json.loads(built.read_text())["base_url"]
+    yield ReaderSite(root / "first" / "html", root / "second" / "html", base_url, reader)

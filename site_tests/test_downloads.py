@@ -25,7 +25,7 @@ from nbclient.exceptions import CellExecutionError
 from packaging.requirements import Requirement
 
 from .checks import ROOT
-from .conftest import QuietHandler, serve
+from .conftest import QuietHandler, layered_venv, serve
 
 # The line plot_01 prints about the gradient's graph: the name of grad_x.grad_fn's type.
 GRAD_FN_LINE = re.compile(r"^grad_x\.grad_fn:\s+(\S+)$", flags=re.M)
@@ -223,12 +223,13 @@ def _pip(python: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_package_installs_with_torch_and_numpy_only_and_an_extra_on_request(
-    reader_site, reader
+    reader_site, reader, tmp_path
 ):
-    python, wheelhouse = reader.bare_python, reader.wheelhouse
-    assert python and wheelhouse, (
+    assert reader.bare_python and reader.wheelhouse, (
         "nox -s site sets the bare reader venv and the wheelhouse"
     )
+    # A venv of this test's own over the bare one, which the other workers' venvs build on.
+    python, wheelhouse = layered_venv(reader.bare_python, tmp_path / "venv"), reader.wheelhouse
     (wheel,) = (reader_site.html / "wheels").glob("*.whl")
     url = f"{reader_site.base_url}/wheels/{wheel.name}"
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][

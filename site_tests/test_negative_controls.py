@@ -9,6 +9,7 @@ from pathlib import Path
 import nbformat
 
 from .checks import (
+    RUNS_DIFFERENTLY_AS_A_SCRIPT,
     axe_problems,
     browser_problems,
     download_problems,
@@ -16,6 +17,7 @@ from .checks import (
     link_problems,
     live_timing_problems,
     notebook_problems,
+    script_and_notebook_problems,
     script_problems,
     search_results,
     tree_differences,
@@ -168,3 +170,34 @@ def test_download_check_catches_a_script_without_the_function_its_page_shows(bro
         "plot_03_saving_intermediates.py: lacks code its page shows: "
         "'class SinhBad(torch.autograd.Function):'"
     ]
+
+
+def test_script_and_notebook_check_catches_a_script_that_is_not_its_notebooks_code(
+    broken_site,
+):
+    script = next(broken_site.glob("_downloads/*/plot_03_*.py"))
+    notebook = next(broken_site.glob("_downloads/*/plot_03_*.ipynb"))
+    assert script_and_notebook_problems(script, notebook) == []
+    text = script.read_text()
+    third_cell = "".join(
+        [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"][2][
+            "source"
+        ]
+    )
+    script.write_text(text.replace(third_cell, third_cell + "\nprint('script only')", 1))
+    problems = script_and_notebook_problems(script, notebook)
+    assert problems == [
+        "plot_03_saving_intermediates.py: code the notebook does not have: "
+        "\"print('script only')\""
+    ], problems
+    script.write_text(text.replace(third_cell, "", 1))
+    problems = script_and_notebook_problems(script, notebook)
+    assert len(problems) == 1 and "lacks the notebook's code cell 3" in problems[0], problems
+
+
+def test_a_page_that_starts_processes_has_its_script_run_whole():
+    # The selection of scripts run whole, besides their notebooks (test_site.py).
+    assert RUNS_DIFFERENTLY_AS_A_SCRIPT.search("torch.multiprocessing.spawn(run, nprocs=2)")
+    assert RUNS_DIFFERENTLY_AS_A_SCRIPT.search("mp.start_processes(run, nprocs=2)")
+    assert RUNS_DIFFERENTLY_AS_A_SCRIPT.search("here = Path(__file__).parent")
+    assert not RUNS_DIFFERENTLY_AS_A_SCRIPT.search("grad_x = torch.autograd.grad(y, x)")

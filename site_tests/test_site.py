@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import functools
 import shutil
+import subprocess
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import nbformat
@@ -10,6 +14,7 @@ import pytest
 
 from .checks import (
     ROOT,
+    RUNS_DIFFERENTLY_AS_A_SCRIPT,
     axe_problems,
     browser_problems,
     download_problems,
@@ -19,10 +24,13 @@ from .checks import (
     live_timing_problems,
     notebook_problems,
     page_url,
+    script_and_notebook_problems,
+    script_preamble,
     script_problems,
     search_results,
     tree_differences,
 )
+from .conftest import QuietHandler, serve
 
 ARTIFACTS = ROOT / "site-artifacts"
 EXAMPLE_PAGE = "auto_examples/plot_03_saving_intermediates.html"
@@ -135,48 +143,121 @@ def test_without_a_base_url_the_first_cell_stops_with_a_clear_message(
     assert "built without the address of its site" in problem, problem
 
 
-def test_every_notebook_runs_whole_from_the_served_site_in_a_venv_without_the_package(
-    reader_site, reader, tmp_path
-):
-    notebooks = [Path(shutil.copy(path, tmp_path))
-                 for path in sorted(reader_site.html.glob("_downloads/*/*.ipynb"))]  # fmt: skip
-    assert len(notebooks) == len(list((ROOT / "examples").glob("plot_*.py")))
-    assert notebook_problems(notebooks, reader.kernel, prepare=reader.uninstall) == []
+# -- the downloads, run as a reader runs them ---------------------------------------------------
+#
+# A page's notebook and its script are written from the same cells (docs/_ext/
+# complete_downloads.py). Every notebook runs whole: its first cell installs the package from
+# the site, then every cell runs in a Jupyter kernel. Each script is checked to be that
+# notebook's code, cell for cell, and its own preamble (the check for missing programs) runs;
+# running the same cells again under `python` would only repeat the notebook. What only a
+# script run shows is run too: the install line the pages show, by plot_01's script
+# (test_downloads.py, which also shows that editing it changes what it prints), and any
+# page whose code behaves differently under `python` than in a kernel (processes it starts,
+# its own path: RUNS_DIFFERENTLY_AS_A_SCRIPT), whose script runs whole.
+
+EXAMPLES = sorted(script.stem for script in (ROOT / "examples").glob("plot_*.py"))
 
 
-def test_every_script_runs_after_its_pages_install_line_in_a_venv_without_the_package(
-    reader_site, reader, tmp_path
+def _example_code(example: str) -> str:
+    """The example's code without its docstring and comments."""
+    source = (ROOT / "examples" / f"{example}.py").read_text()
+    tree = ast.parse(source)
+    docstring_end = tree.body[0].end_lineno if ast.get_docstring(tree) else 0
+    return "\n".join(
+        line for line in source.splitlines()[docstring_end:]
+        if not line.lstrip().startswith("#")
+    )  # fmt: skip
+
+
+RUN_AS_SCRIPTS = [
+    example for example in EXAMPLES
+    if RUNS_DIFFERENTLY_AS_A_SCRIPT.search(_example_code(example))
+]  # fmt: skip
+
+
+def _download(html: Path, example: str, suffix: str, folder: Path) -> Path:
+    (path,) = html.glob(f"_downloads/*/{example}{suffix}")
+    return Path(shutil.copy(path, folder))
+
+
+def test_every_example_has_a_notebook_and_a_script(reader_site):
+    for suffix in (".ipynb", ".py"):
+        downloads = reader_site.html.glob(f"_downloads/*/plot_*{suffix}")
+        assert sorted(path.stem for path in downloads) == EXAMPLES, suffix
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_the_notebook_runs_whole_from_the_served_site_in_a_venv_without_the_package(
+    reader_site, reader, tmp_path, example
 ):
-    scripts = [Path(shutil.copy(path, tmp_path))
-               for path in sorted(reader_site.html.glob("_downloads/*/plot_*.py"))]  # fmt: skip
-    assert len(scripts) == len(list((ROOT / "examples").glob("plot_*.py")))
+    notebook = _download(reader_site.html, example, ".ipynb", tmp_path)
+    assert notebook_problems([notebook], reader.kernel, prepare=reader.uninstall) == []
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_the_script_is_its_notebooks_code_and_its_preamble_runs(
+    reader_site, reader, tmp_path, example
+):
+    script = _download(reader_site.html, example, ".py", tmp_path)
+    notebook = _download(reader_site.html, example, ".ipynb", tmp_path)
+    assert script_and_notebook_problems(script, notebook) == []
+    # The page's install line is plot_01's, which test_downloads.py runs.
+    plot_01 = next(name for name in EXAMPLES if name.startswith("plot_01_"))
+    assert reader_site.install_line(example) == reader_site.install_line(plot_01)
+    preamble = subprocess.run(
+        [reader.python, "-c", script_preamble(script, notebook)],
+        cwd=tmp_path, capture_output=True, text=True,
+    )  # fmt: skip
+    # Every program the pages need is here: the preamble says nothing.
+    assert (preamble.returncode, preamble.stdout, preamble.stderr) == (0, "", "")
+
+
+@pytest.mark.parametrize(
+    "example",
+    RUN_AS_SCRIPTS or [pytest.param(None, marks=pytest.mark.skip(
+        reason="no page's code runs differently as a script (RUNS_DIFFERENTLY_AS_A_SCRIPT)"
+    ))],
+)  # fmt: skip
+def test_a_script_that_runs_differently_from_its_notebook_runs_whole(
+    reader_site, reader, tmp_path, example
+):
+    script = _download(reader_site.html, example, ".py", tmp_path)
     assert (
-        script_problems(reader.python, scripts, prepare=reader_site.install_from_page)
+        script_problems(reader.python, [script], prepare=reader_site.install_from_page)
         == []
     )
+
+
+class _NoWheels(QuietHandler):
+    """The site without its wheels: 404 for anything under /wheels/."""
+
+    def send_head(self):  # noqa: ANN201 - http.server's own signature
+        if self.path.startswith("/wheels/"):
+            self.send_error(404)
+            return None
+        return super().send_head()
 
 
 def test_without_the_wheel_on_the_site_the_install_path_fails(
     reader_site, reader, tmp_path
 ):
-    # The negative control: the same site and downloads, with the wheel taken away.
-    wheels, aside = reader_site.html / "wheels", tmp_path / "wheels-aside"
-    shutil.move(wheels, aside)
-    try:
-        notebook = Path(shutil.copy(
-            next(reader_site.html.glob("_downloads/*/plot_01_*.ipynb")), tmp_path
-        ))  # fmt: skip
-        script = Path(shutil.copy(
-            next(reader_site.html.glob("_downloads/*/plot_01_*.py")), tmp_path
-        ))  # fmt: skip
+    # The negative control: the same site and downloads, served without the wheel by a
+    # server of this test's own (the other workers keep using the real one).
+    plot_01 = next(name for name in EXAMPLES if name.startswith("plot_01_"))
+    notebook = _download(reader_site.html, plot_01, ".ipynb", tmp_path)
+    script = _download(reader_site.html, plot_01, ".py", tmp_path)
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_NoWheels, directory=str(reader_site.html))
+    )
+    for url in serve(reader_site.html, server):
+        notebook.write_text(notebook.read_text().replace(reader_site.base_url, url))
         notebook_found = notebook_problems(
             [notebook], reader.kernel, prepare=reader.uninstall
         )
         script_found = script_problems(
-            reader.python, [script], prepare=reader_site.install_from_page
-        )
-    finally:
-        shutil.move(aside, wheels)
+            reader.python, [script],
+            prepare=functools.partial(reader_site.install_from_page, served_at=url),
+        )  # fmt: skip
     assert len(notebook_found) == 1 and "double_backward" in notebook_found[0], (
         notebook_found
     )

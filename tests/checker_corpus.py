@@ -20,6 +20,9 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
+# An RMSNorm saving rstd (BROKEN) and one recomputing it: the checker's benchmark times them
+# too, and a benchmark imports nothing from tests/.
+from benchmarks.checker_cases import RMSNormRecompute, RMSNormSavesRstd, rms_norm
 from double_backward import SinhBad, sinh
 from double_backward.functions import failures
 
@@ -646,49 +649,6 @@ class LowerBound(torch.autograd.Function):
         x, bound = ctx.saved_tensors
         pass_through = (x >= bound) | (grad < 0)
         return pass_through.to(grad.dtype) * grad, None
-
-
-# BROKEN: an RMSNorm saving rstd = 1/sqrt(mean(x²) + eps) as an intermediate (Liger-Kernel's
-# and apex's fused RMSNorm save it to skip a reduction in backward). Over a wide row the
-# derivative through rstd is small per element, but the Hessian-vector product is ~10% off.
-class RMSNormSavesRstd(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, eps):
-        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-        ctx.save_for_backward(x, weight, rstd)
-        return x * rstd * weight
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, weight, rstd = ctx.saved_tensors
-        return _rms_norm_backward(grad, x, weight, rstd)
-
-
-# The same RMSNorm recomputing rstd in backward from the saved input: correct.
-class RMSNormRecompute(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, eps):
-        ctx.save_for_backward(x, weight)
-        ctx.eps = eps
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, weight = ctx.saved_tensors
-        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + ctx.eps)
-        return _rms_norm_backward(grad, x, weight, rstd)
-
-
-def _rms_norm_backward(grad, x, weight, rstd):
-    x_hat = x * rstd
-    grad_w_out = grad * weight
-    grad_x = rstd * (grad_w_out - x_hat * (grad_w_out * x_hat).mean(-1, keepdim=True))
-    grad_weight = (grad * x_hat).reshape(-1, x.shape[-1]).sum(0)
-    return grad_x, grad_weight, None
-
-
-def rms_norm(x, weight, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
 
 # BROKEN: a LayerNorm saving mean and rstd (apex's FusedLayerNorm, Triton's layer-norm

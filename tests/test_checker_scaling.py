@@ -12,18 +12,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from double_backward import check
-from double_backward.checker import calling, evidence
-from double_backward.functions import failures
-
-from .checker_corpus import (
-    LayerNormSavesStats,
-    LowerBound,
-    ReLUMask,
+from benchmarks.checker_cases import (
+    ERROR,
+    CubeWithHvpError,
     RMSNormRecompute,
     RMSNormSavesRstd,
+    misses,
     rms_norm,
 )
+from double_backward import check
+from double_backward.checker import evidence
+from double_backward.functions import failures
+
+from .checker_corpus import LayerNormSavesStats, LowerBound, ReLUMask
 
 SIZES = [40, 1_000, 10_000]
 LARGE = [pytest.param(size, marks=pytest.mark.large) for size in (100_000, 1_000_000)]
@@ -113,39 +114,6 @@ def test_no_jacobian_is_built_above_the_limit(monkeypatch):
 # -- the detection bound -----------------------------------------------------------------------
 
 
-class _CubeGradWithError(torch.autograd.Function):
-    """g = 3x²v, the backward of x³. Its own backward is right except on element 0, which
-    gets 5% of |6xv| more: the HVP is 5% wrong (relative, Frobenius), all on one element,
-    the hardest error for random directions to meet."""
-
-    @staticmethod
-    def forward(ctx, x, v):
-        ctx.save_for_backward(x, v)
-        return 3 * x * x * v
-
-    @staticmethod
-    def backward(ctx, gg):
-        x, v = ctx.saved_tensors
-        extra = torch.zeros_like(x).reshape(-1)
-        extra[0] = ERROR * (6 * x * v).detach().norm() * gg.reshape(-1)[0]
-        return 6 * x * v * gg + extra.reshape(x.shape), 3 * x * x * gg
-
-
-class CubeWithHvpError(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x**3
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return _CubeGradWithError.apply(x, grad)
-
-
-ERROR = 0.05
-
-
 def test_the_planted_error_is_five_percent_of_the_hessian():
     x, v = _randn(1000), _randn(1000, seed=1)
     basis = torch.zeros(1000, dtype=torch.float64)
@@ -157,28 +125,12 @@ def test_the_planted_error_is_five_percent_of_the_hessian():
     assert float(difference[1:].abs().max()) == 0
 
 
-def _misses(directions: int, trials: int) -> int:
-    """How often the HVP check passes the planted 5% error, at 1000 elements."""
-    generator = torch.Generator().manual_seed(0)
-    misses = 0
-    for _ in range(trials):
-        x = torch.randn(1000, generator=generator, dtype=torch.float64)
-        call = calling.Call(CubeWithHvpError.apply, (x,), {}, [0], kept=[0])
-        settings = evidence.Settings(torch.float64, directions, "none", generator)
-        try:
-            evidence.hvp_directions(call, (x,), settings)
-        except evidence.Failed:
-            continue
-        misses += 1
-    return misses
-
-
 def test_one_direction_misses_a_five_percent_error_about_as_often_as_derived():
     # Derived on plot_16: P(miss) <= sqrt(2/pi) * tolerance / error = 0.016 per direction.
     # Over 300 trials that is 4.8 misses expected; 15 or more has probability < 1e-4.
-    assert _misses(directions=1, trials=300) < 15
+    assert misses(directions=1, trials=300) < 15
 
 
 def test_the_default_two_directions_miss_it_at_most_once_in_three_hundred():
     # Derived: 0.016 ** 2 = 2.5e-4 per check; P(2 or more misses in 300) < 3e-3.
-    assert _misses(directions=2, trials=300) <= 1
+    assert misses(directions=2, trials=300) <= 1

@@ -8,7 +8,8 @@ and prints the four category scores per page. The search page is left out: Sphin
 counts against it.
 Scores are a report, not a gate: the command fails only when Lighthouse itself fails.
 ``--runs N`` audits each page N times and prints each category's median, as Lighthouse's
-documentation advises for performance, which varies from run to run.
+documentation advises for performance, which varies from run to run; ``--page index.html``
+audits that page alone (CI does, to keep the session working).
 """
 
 from __future__ import annotations
@@ -84,6 +85,11 @@ def main() -> None:
     parser.add_argument(
         "--runs", type=int, default=1, help="audits per page; each category's median is printed"
     )
+    parser.add_argument(
+        "--page", action="append", metavar="PATH",
+        help="audit only this page (relative to the site, e.g. index.html); repeatable. "
+        "CI audits one page, to keep the session working; the table audits all of them",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.runs < 1:
         parser.error(f"--runs must be at least 1, got {args.runs}")
@@ -91,6 +97,11 @@ def main() -> None:
         sys.exit(f"no built site at {args.site}: run `nox -s docs` first")
     pages = sorted(page.relative_to(args.site).as_posix()
                    for page in args.site.rglob("*.html") if page.name != "search.html")  # fmt: skip
+    if args.page:
+        unknown = sorted(set(args.page) - set(pages))
+        if unknown:
+            parser.error(f"--page: no such page in {args.site} (or search.html): {unknown}")
+        pages = sorted(args.page)
 
     handler = functools.partial(StaticHostHandler, directory=str(args.site))
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)

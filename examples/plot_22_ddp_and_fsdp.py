@@ -56,28 +56,10 @@ assert [step.kind for step in r1_alone.steps] == ["not synchronized", "raises"]
 # Starting two processes costs seconds, so the remaining cases share one launch:
 # :func:`~double_backward.distributed.check_cases` runs a list of them, each on a fresh
 # model and wrapper. Each section below prints one of these reports.
-from double_backward.distributed import Case, check_cases
+from double_backward.distributed import check_cases, results
 
-cases = {
-    "find_unused": Case(
-        steps.make_critic, steps.r1_penalty, (x,), "ddp", {"find_unused_parameters": True}
-    ),
-    "static_graph": Case(
-        steps.make_critic, steps.r1_penalty, (x,), "ddp", {"static_graph": True}
-    ),
-    "no_last_bias": Case(steps.make_critic_without_last_bias, steps.r1_penalty, (x,)),
-    "critic_loss": Case(steps.make_critic, steps.critic_loss_and_r1, (x,)),
-    "zero_loss": Case(steps.make_critic, steps.r1_plus_zero_loss, (x,)),
-    "synchronized": Case(steps.make_critic, steps.r1_synchronized, (x,)),
-    "x_grad": Case(steps.make_critic, steps.penalty_on_x_grad, (x,)),
-    "x_grad_synchronized": Case(steps.make_critic, steps.penalty_on_x_grad_synchronized, (x,)),
-    "maml": Case(steps.make_critic, steps.maml_step, (x,)),
-    "fsdp": Case(steps.make_critic, steps.r1_penalty, (x,), "fsdp"),
-    "fsdp_no_reshard": Case(
-        steps.make_critic, steps.r1_penalty, (x,), "fsdp", {"reshard_after_forward": False}
-    ),
-    "fsdp_synchronized": Case(steps.make_critic, steps.r1_synchronized, (x,), "fsdp"),
-}
+print(inspect.getsource(results.cases))
+cases = results.cases(x)
 reports = dict(zip(cases, check_cases(list(cases.values()), world_size=2), strict=True))
 print(f"{len(reports)} cases checked")
 # What the sections below say, checked here so that a torch release changing it fails the build.
@@ -186,39 +168,36 @@ print(reports["fsdp_synchronized"])
 # %%
 # The results, per torch release
 # ------------------------------
-# Every row measured on this page, from the reports above. They were measured with the torch
-# printed beside them, and hold for that release only: with another, run this page (or
-# :func:`~double_backward.check_distributed` on your own step) again.
-summary = [
-    ("R1 on its own (lazy R1)", "DDP", r1_alone),
-    ("  find_unused_parameters=True", "DDP", reports["find_unused"]),
-    ("  static_graph=True", "DDP", reports["static_graph"]),
-    ("  critic without the last bias", "DDP", reports["no_last_bias"]),
-    ("critic loss + R1, one backward", "DDP", reports["critic_loss"]),
-    ("R1 + 0 * out.sum()", "DDP", reports["zero_loss"]),
-    ("R1 in synchronized_gradients", "DDP", reports["synchronized"]),
-    ("backward(create_graph) + x.grad", "DDP", reports["x_grad"]),
-    ("  in synchronized_gradients", "DDP", reports["x_grad_synchronized"]),
-    ("MAML-style", "DDP", reports["maml"]),
-    ("R1 on its own", "FSDP", reports["fsdp"]),
-    ("  reshard_after_forward=False", "FSDP", reports["fsdp_no_reshard"]),
-    ("R1 in synchronized_gradients", "FSDP", reports["fsdp_synchronized"]),
-]
+# Every row measured on this page, from the reports above, with the torch printed beside
+# them. The table is kept per release, as the :doc:`compatibility matrix </compatibility>`
+# is: ``nox -s matrix -- 2.14.1`` measures it on another release and commits it to
+# ``docs/_data/distributed/``. The build fails when the live table differs from the one
+# committed for the same release; the other releases' tables are compared with it below.
+import json
+from pathlib import Path
 
-
-def outcome(step):
-    if step.kind == "raises":
-        return "raises " + step.message.split(": ", 1)[1][:22] + "..."
-    if step.kind == "not synchronized":
-        return f"silent, error {max(step.errors.values()):.2f}"
-    return step.kind
-
-
-print(f"torch {torch.__version__.split('+')[0]}, CPU, gloo, 2 processes, 8 samples")
+reports["r1_alone"] = r1_alone
+live = results.table(reports)
+release = torch.__version__.split("+")[0]
+print(f"torch {release}, CPU, gloo, 2 processes, 8 samples")
 print(f"{'the step':33}{'under':6}{'step 1':35}step 2")
-for label, wrapper, report in summary:
-    step_1, *rest = map(outcome, report.steps)
+for label, wrapper, _ in results.ROWS:
+    step_1, *rest = live[f"{label.strip()} ({wrapper})"]
     print(f"{label:33}{wrapper:6}{step_1:35}{rest[0] if rest else '-'}")
+
+# Committed in a clone of the repository (the build runs this page from examples/); a
+# downloaded notebook has none of them, and shows the live table only.
+committed = [
+    json.loads(path.read_text(encoding="utf-8"))
+    for path in sorted(Path("..", "docs", "_data", "distributed").glob("torch-*.json"))
+]
+for data in committed:
+    same = data["results"] == live
+    if data["torch"] == release:
+        assert same, f"the live table differs from the one committed for torch {release}"
+    differing = [cell for cell in live if data["results"].get(cell) != live[cell]]
+    print(f"torch {data['torch']} (measured {data['measured'][:10]}): "
+          + ("the same table" if same else "differs in " + "; ".join(differing)))
 
 # %%
 # Conclusion

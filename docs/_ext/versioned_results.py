@@ -45,6 +45,8 @@ PRODUCTS = {
     "compatibility_matrix": "compatibility_matrix:measure",
     "error_index": "error_index:measure",
     "builtins": "builtins_table:measure",  # a scan of minutes: committed_or_measured
+    # The DDP/FSDP page's table: the page computes it live and compares it with these.
+    "distributed": "double_backward.distributed.results:measure",
 }
 
 

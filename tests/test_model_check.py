@@ -216,6 +216,143 @@ def test_once_differentiable_branch_is_a_silent_break_in_its_submodule():
     assert "once_differentiable" in found.fix
 
 
+# -- a break at a custom Function: what double_backward.check finds in it is named --------
+# Each Function below is written to break in one way; the break itself is shown with plain
+# torch, and the cause expected is the one it was written with.
+def _rotate_half(t: torch.Tensor) -> torch.Tensor:
+    half = t.shape[-1] // 2
+    return torch.cat((-t[..., half:], t[..., :half]), dim=-1)
+
+
+class RoPEEditsGrad(torch.autograd.Function):
+    """BROKEN: a rotary embedding whose backward rotates its incoming gradient in place
+    (``dY *= cos; dY.addcmul_(...)``, as unsloth's slow RoPE does)."""
+
+    @staticmethod
+    def forward(ctx, q, cos, sin):
+        ctx.save_for_backward(cos, sin)
+        return q * cos + _rotate_half(q) * sin
+
+    @staticmethod
+    def backward(ctx, dy):
+        cos, sin = ctx.saved_tensors
+        rotated = -_rotate_half(dy)
+        dy *= cos
+        dy.addcmul_(rotated, sin)
+        return dy, None, None
+
+
+class Rotary(nn.Module):
+    """q = Wx rotated, plus q * x: the product's backward runs first and keeps the gradient
+    both share, which the rotation's backward then edits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        angle = torch.linspace(0.1, 1.0, 2).repeat(2)
+        self.register_buffer("cos", angle.cos())
+        self.register_buffer("sin", angle.sin())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = self.linear(x)
+        return RoPEEditsGrad.apply(q, self.cos, self.sin) + q * x
+
+
+class NoGradFloat32Square(torch.autograd.Function):
+    """BROKEN: x², whose backward computes its slope in float32 under no_grad ("to save
+    memory"): the gradient has no graph back to x."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x**2
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        with torch.no_grad():
+            slope = (2 * x.float()).to(x.dtype)
+        return grad * slope
+
+
+class CubeSavesSquare(torch.autograd.Function):
+    """BROKEN: x³ saving the intermediate x² (made in forward, so without history)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        square = x * x
+        ctx.save_for_backward(square)
+        return square * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (square,) = ctx.saved_tensors
+        return grad * 3 * square
+
+
+class Applies(nn.Module):
+    """A linear layer, then the Function."""
+
+    def __init__(self, function) -> None:
+        super().__init__()
+        self.function, self.linear = function, nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.function.apply(self.linear(x))
+
+
+def test_a_backward_editing_its_incoming_gradient_is_named_as_such():
+    grad = torch.ones(3, 4)  # plain torch: backward changes the caller's tensor
+    q = torch.randn(3, 4, requires_grad=True)
+    RoPEEditsGrad.apply(q, torch.full((4,), 0.5), torch.full((4,), 0.5)).backward(grad)
+    assert not torch.equal(grad, torch.ones(3, 4))
+    torch.manual_seed(0)
+    model, x = nn.Sequential(Rotary(), nn.Tanh()), torch.randn(3, 4)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        gradient_penalty(copy.deepcopy(model), x)
+    (found,) = check_model(model, x).breaks
+    assert (found.module, found.op, found.kind) == ("0", "RoPEEditsGrad", "raises")
+    assert found.cause.startswith("custom Function RoPEEditsGrad: backward modified its "
+                                  "incoming gradient in place")  # fmt: skip
+    assert "[modifies-incoming-gradient]" in found.cause
+    assert "clone it first" in found.fix and "cause: custom Function" in str(found)
+    assert "apply" not in RoPEEditsGrad.__dict__  # the watched apply is put back
+
+
+@pytest.mark.parametrize(
+    ("function", "problem", "words"),
+    [
+        (NoGradFloat32Square, "no-graph", "runs operations under no_grad"),
+        (CubeSavesSquare, "saved-intermediate", "saved tensor #0 of CubeSavesSquare"),
+    ],
+    ids=["untracked-float32-backward", "saved-intermediate"],
+)
+def test_a_silent_break_at_a_custom_function_names_its_cause(function, problem, words):
+    torch.manual_seed(0)
+    model = nn.Sequential(Applies(function), nn.Tanh()).double()
+    x = torch.randn(3, 4, dtype=torch.float64)
+    gradient_penalty(model, x)  # raises nothing, yet the second derivative is wrong:
+    assert not hvp_matches_finite_differences(model, x)
+    (found,) = check_model(model, x).breaks
+    assert (found.module, found.op, found.kind) == ("0", function.__name__, "silent")
+    assert found.cause.startswith(f"custom Function {function.__name__}: ")
+    assert found.cause.endswith(f"[{problem}]") and words in found.fix
+    assert "Seen" not in found.fix  # check's own copies of the inputs are not shown
+
+
+def test_the_watched_apply_is_put_back_when_the_call_fails():
+    from double_backward.checker.model_functions import diagnose
+
+    def failing_call():
+        CubeSavesSquare.apply(torch.randn(2, requires_grad=True))
+        raise RuntimeError("the call fails after the Function ran")
+
+    assert diagnose([CubeSavesSquare], failing_call, torch.device("cpu")) is None
+    assert "apply" not in CubeSavesSquare.__dict__
+    x = torch.randn(2, requires_grad=True)
+    torch.testing.assert_close(CubeSavesSquare.apply(x), x**3)  # the inherited apply
+
+
 # -- ok ---------------------------------------------------------------------------------
 def test_mlp_with_relu_and_layernorm_is_ok():
     torch.manual_seed(0)

@@ -28,8 +28,9 @@ dotted path (``layers.1.self_attn``; ``""`` is the model itself), with what was 
 
 The module is laid out by role: ``model_calls`` (calling the model the same way every
 time, recording its submodules' calls), ``model_penalty`` (the penalty and the
-second-derivative comparison), ``model_locate`` (where, and what), ``model_report``
-(the report) and ``fixes`` (``FIXES``). torch only.
+second-derivative comparison), ``model_locate`` (where, and what), ``model_functions``
+(:func:`~double_backward.check` on a located custom Function's recorded arguments, to name
+the cause), ``model_report`` (the report) and ``fixes`` (``FIXES``). torch only.
 """
 
 from __future__ import annotations

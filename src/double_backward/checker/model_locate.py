@@ -13,6 +13,7 @@ from torch import nn
 from .causes import custom_nodes, is_once_differentiable
 from .fixes import FAILURES_PAGE, HIGHER_ORDERS_PAGE, fix_for, fix_for_message
 from .model_calls import Call
+from .model_functions import diagnose
 from .model_penalty import NotDifferentiable, Outcome, Target, check
 from .model_report import SEEN_IN_BOTH, SEEN_IN_MODEL, Break
 
@@ -88,12 +89,20 @@ def name_break(
         outputs = []
     functions = custom_nodes(outputs)
     once = [node for node in functions if is_once_differentiable(node)]
-    if once or functions:
-        node = (once or functions)[0]
-        op = node._forward_cls.__name__  # the custom Function
+    if once:
+        op = once[0]._forward_cls.__name__  # the custom Function
         fix = ("its backward is `@once_differentiable`: write it with differentiable ops "
-               f"(read: {HIGHER_ORDERS_PAGE})" if once else
-               f"check it with double_backward.check (read: {FAILURES_PAGE})")  # fmt: skip
+               f"(read: {HIGHER_ORDERS_PAGE})")  # fmt: skip
+        return Break(name, op, kind, message, fix, seen)
+    if functions:
+        # What check() finds in each, on the arguments it got in this very call.
+        found = diagnose([node._forward_cls for node in functions], target.outputs,
+                         target.device)  # fmt: skip
+        if found is not None:
+            return Break(name, found.function.__name__, kind, message, found.fix, seen,
+                         found.cause)  # fmt: skip
+        op = functions[0]._forward_cls.__name__
+        fix = f"check it with double_backward.check (read: {FAILURES_PAGE})"
         return Break(name, op, kind, message, fix, seen)
     if module is not None and _power_iteration(module):
         return Break(

@@ -22,6 +22,9 @@ class Break:
     relative error and tolerance the message gives). ``op`` names what was found: the ATen
     operator, the custom Function, the cast or the power iteration. ``fix`` says what to do.
     ``seen`` says whether the break was seen in the whole model and in the submodule alone.
+    ``cause``, where the break is at a custom Function, is what
+    :func:`~double_backward.check` finds in it on the arguments it got there (``""`` when it
+    names nothing).
     """
 
     module: str
@@ -30,10 +33,13 @@ class Break:
     message: str
     fix: str
     seen: str = ""
+    cause: str = ""
 
     def __str__(self) -> str:
         where = self.module or "(the model itself)"
         text = _wrap(f"[{self.kind}] {where}: {self.op}: {self.message}", "", "    ")
+        if self.cause:
+            text += "\n" + _wrap(f"cause: {self.cause}", "    ", "      ")
         if self.seen:
             text += "\n" + _wrap(f"seen in: {self.seen}", "    ", "      ")
         text += "\n" + _wrap(f"fix: {self.fix}", "    ", "      ")

@@ -340,6 +340,30 @@ def test_a_silent_break_at_a_custom_function_names_its_cause(function, problem, 
     assert "Seen" not in found.fix  # check's own copies of the inputs are not shown
 
 
+def test_the_broken_function_is_named_not_a_sound_one_nearer_the_output():
+    from double_backward import Sinh, sinh
+
+    class ThenSinh(
+        nn.Module
+    ):  # the sound Sinh is the custom Function nearest the output
+        def __init__(self) -> None:
+            super().__init__()
+            self.cube = Applies(CubeSavesSquare)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return Sinh.apply(self.cube(x) / 4)[0]
+
+    torch.manual_seed(0)
+    model = nn.Sequential(ThenSinh(), nn.Tanh()).double()
+    x = torch.randn(3, 4, dtype=torch.float64)
+    assert not hvp_matches_finite_differences(model, x)  # plain torch: a silent break
+    torch.manual_seed(1)
+    assert gradgradcheck(sinh, torch.randn(3, dtype=torch.float64, requires_grad=True))
+    (found,) = check_model(model, x).breaks
+    assert (found.module, found.op) == ("0.cube", "CubeSavesSquare"), str(found)
+    assert found.cause.endswith("[saved-intermediate]")
+
+
 def test_the_watched_apply_is_put_back_when_the_call_fails():
     from double_backward.checker.model_functions import diagnose
 

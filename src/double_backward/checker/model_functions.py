@@ -69,13 +69,16 @@ def _watching(functions: Sequence[type]) -> Iterator[dict[type, tuple[tuple, dic
     try:
         for cls in functions:
             own = cls.__dict__.get("apply", _ABSENT)
-            inner = cls.apply.__func__  # the classmethod's function, inherited or own
 
-            def apply(klass: type, *args: Any, _cls: type = cls, _inner: Any = inner,
+            def apply(klass: type, *args: Any, _cls: type = cls, _own: Any = own,
                       **kwargs: Any) -> Any:  # fmt: skip
                 if klass is _cls and _cls not in recorded:
                     recorded[_cls] = (args, kwargs)
-                return _inner(klass, *args, **kwargs)
+                # The apply the class had, bound to the class called: its own, else the one
+                # it inherits (a classmethod in torch 2.13, a built-in in 2.14: no __func__).
+                if _own is not _ABSENT:
+                    return _own.__get__(None, klass)(*args, **kwargs)
+                return super(_cls, klass).apply(*args, **kwargs)
 
             saved.append((cls, own))
             cls.apply = classmethod(apply)  # type: ignore[method-assign,assignment]

@@ -18,21 +18,17 @@ CUDA unchanged.
 # Which kernels change on CUDA
 # ----------------------------
 # A gradient penalty (``torch.autograd.grad`` with ``create_graph=True``, then a second
-# backward) through each probe, on a GPU. The results are committed JSON in the repository,
-# ``docs/_data/cuda/torch-<release>.json``, with the GPU, the torch build and the date;
-# ``nox -s matrix -- --device cuda`` rewrites the file on a machine with a GPU. This page reads
-# it from a clone (the build runs it from ``examples/``) and shows it as measured.
+# backward) through each probe, on a GPU. The results are committed JSON, shipped with the
+# package as ``double_backward/measurements/cuda/torch-<release>.json``, with the GPU, the
+# torch build and the date; ``nox -s matrix -- --device cuda`` rewrites the file on a machine
+# with a GPU. This page shows them as measured: nothing here runs on a GPU.
 import json
-from pathlib import Path
+from importlib.resources import files
 
-CUDA_DATA = Path("..", "docs", "_data", "cuda")
-if not CUDA_DATA.is_dir():
-    raise FileNotFoundError(
-        f"{CUDA_DATA.resolve()} not found: run this page from examples/ in a clone of the "
-        "repository, where the committed CUDA measurements are"
-    )
+CUDA_DATA = files("double_backward") / "measurements" / "cuda"
 newest = max(
-    (json.loads(path.read_text(encoding="utf-8")) for path in CUDA_DATA.glob("torch-*.json")),
+    (json.loads(path.read_text(encoding="utf-8")) for path in CUDA_DATA.iterdir()
+     if path.name.startswith("torch-") and path.name.endswith(".json")),
     key=lambda data: tuple(int(part) for part in data["torch"].split(".")),
 )
 print(f"measured on {newest['device']}, torch {newest['torch_build']}, {newest['measured']}")
@@ -113,7 +109,7 @@ with sdpa_kernel(SDPBackend.MATH):
     math_value = gradient_penalty(encoder, x)
 same = torch.allclose(replaced_value, math_value, rtol=1e-10, atol=0) and all(
     torch.allclose(a, p.grad, rtol=1e-9, atol=1e-12)
-    for a, p in zip(replaced_grads, encoder.parameters())
+    for a, p in zip(replaced_grads, encoder.parameters(), strict=True)
 )
 print(f"TransformerEncoder under ops.replaced(): penalty ran; "
       f"value and weight gradients equal MATH's (float64, rtol 1e-9): {same}")

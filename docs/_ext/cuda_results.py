@@ -1,9 +1,10 @@
 """The CUDA kernels without a double backward: probes, their committed results, and rendering.
 
 A build has no GPU, so nothing here runs a CUDA kernel at build time. The results are committed
-JSON, ``docs/_data/cuda/torch-<release>.json``: the GPU's name, the torch version and build,
-the date, where the figures come from (``source``), each trial as a cell
-(``"op | condition | dtype"`` -> the first line of its error, ``None`` where the gradient
+JSON, ``src/double_backward/measurements/cuda/torch-<release>.json`` (shipped with the
+package, which the "On the GPU" page reads): the GPU's name, the torch version and build,
+the date, where the figures come from (``source``), each trial as a cell (``"op | condition |
+dtype"`` -> the first line of its error, ``None`` where the gradient
 penalty ran), and the replacement attention's measured cost (``attention_cost``). Until a GPU
 run is committed, the file holds the measurements of issue 28 (an NVIDIA H200, torch
 2.11.0+cu130, 2026-12-04), labelled as such.
@@ -26,7 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-DATA_DIR = Path(__file__).parents[1] / "_data" / "cuda"
+# In the package, so that the "On the GPU" page reads it from a download too.
+DATA_DIR = Path(__file__).parents[2] / "src" / "double_backward" / "measurements" / "cuda"
 SDPA = "nn.functional.scaled_dot_product_attention"
 BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION")
 HALF_AND_SINGLE = ("float16", "bfloat16", "float32")

@@ -19,6 +19,9 @@ from double_backward import check_model, ops
 from double_backward.checker.model import FIXES, Break, fix_for
 from double_backward.functions.failures import SquareOnceDifferentiable
 
+# Broken Functions modelled on real projects (unsloth's RoPE, a no_grad backward).
+from .checker_corpus import NoGradBackwardSquare, RoPEInplaceGrad
+
 
 def gradient_penalty(model, x: torch.Tensor) -> None:
     """What WGAN-GP runs: the input gradient's squared norm, differentiated again."""
@@ -219,29 +222,6 @@ def test_once_differentiable_branch_is_a_silent_break_in_its_submodule():
 # -- a break at a custom Function: what double_backward.check finds in it is named --------
 # Each Function below is written to break in one way; the break itself is shown with plain
 # torch, and the cause expected is the one it was written with.
-def _rotate_half(t: torch.Tensor) -> torch.Tensor:
-    half = t.shape[-1] // 2
-    return torch.cat((-t[..., half:], t[..., :half]), dim=-1)
-
-
-class RoPEEditsGrad(torch.autograd.Function):
-    """BROKEN: a rotary embedding whose backward rotates its incoming gradient in place
-    (``dY *= cos; dY.addcmul_(...)``, as unsloth's slow RoPE does)."""
-
-    @staticmethod
-    def forward(ctx, q, cos, sin):
-        ctx.save_for_backward(cos, sin)
-        return q * cos + _rotate_half(q) * sin
-
-    @staticmethod
-    def backward(ctx, dy):
-        cos, sin = ctx.saved_tensors
-        rotated = -_rotate_half(dy)
-        dy *= cos
-        dy.addcmul_(rotated, sin)
-        return dy, None, None
-
-
 class Rotary(nn.Module):
     """q = Wx rotated, plus q * x: the product's backward runs first and keeps the gradient
     both share, which the rotation's backward then edits."""
@@ -255,24 +235,7 @@ class Rotary(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q = self.linear(x)
-        return RoPEEditsGrad.apply(q, self.cos, self.sin) + q * x
-
-
-class NoGradFloat32Square(torch.autograd.Function):
-    """BROKEN: x², whose backward computes its slope in float32 under no_grad ("to save
-    memory"): the gradient has no graph back to x."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x**2
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        with torch.no_grad():
-            slope = (2 * x.float()).to(x.dtype)
-        return grad * slope
+        return RoPEInplaceGrad.apply(q, self.cos, self.sin) + q * x
 
 
 class CubeSavesSquare(torch.autograd.Function):
@@ -304,25 +267,25 @@ class Applies(nn.Module):
 def test_a_backward_editing_its_incoming_gradient_is_named_as_such():
     grad = torch.ones(3, 4)  # plain torch: backward changes the caller's tensor
     q = torch.randn(3, 4, requires_grad=True)
-    RoPEEditsGrad.apply(q, torch.full((4,), 0.5), torch.full((4,), 0.5)).backward(grad)
+    RoPEInplaceGrad.apply(q, torch.full((4,), 0.5), torch.full((4,), 0.5)).backward(grad)
     assert not torch.equal(grad, torch.ones(3, 4))
     torch.manual_seed(0)
     model, x = nn.Sequential(Rotary(), nn.Tanh()), torch.randn(3, 4)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         gradient_penalty(copy.deepcopy(model), x)
     (found,) = check_model(model, x).breaks
-    assert (found.module, found.op, found.kind) == ("0", "RoPEEditsGrad", "raises")
-    assert found.cause.startswith("custom Function RoPEEditsGrad: backward modified its "
+    assert (found.module, found.op, found.kind) == ("0", "RoPEInplaceGrad", "raises")
+    assert found.cause.startswith("custom Function RoPEInplaceGrad: backward modified its "
                                   "incoming gradient in place")  # fmt: skip
     assert "[modifies-incoming-gradient]" in found.cause
     assert "clone it first" in found.fix and "cause: custom Function" in str(found)
-    assert "apply" not in RoPEEditsGrad.__dict__  # the watched apply is put back
+    assert "apply" not in RoPEInplaceGrad.__dict__  # the watched apply is put back
 
 
 @pytest.mark.parametrize(
     ("function", "problem", "words"),
     [
-        (NoGradFloat32Square, "no-graph", "runs operations under no_grad"),
+        (NoGradBackwardSquare, "no-graph", "runs operations under no_grad"),
         (CubeSavesSquare, "saved-intermediate", "saved tensor #0 of CubeSavesSquare"),
     ],
     ids=["untracked-float32-backward", "saved-intermediate"],

@@ -12,6 +12,7 @@ from torch import nn
 from double_backward import check_model
 from double_backward.checker.fixes import FIXES, fix_for
 from double_backward.checker.model_calls import closed_modules, fresh, snapshot
+from double_backward.functions.failures import SquareDetachesInBackward
 
 
 def small_mlp() -> nn.Sequential:
@@ -356,20 +357,6 @@ class RefusesCreateGraph(torch.autograd.Function):
         return grad * 3 * x**2
 
 
-class ConstantSlope(torch.autograd.Function):
-    """x³ whose backward uses x² as data (detached): wrong second derivative, no error."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x**3
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad * 3 * x.detach() ** 2
-
-
 class Wrap(nn.Module):
     def __init__(self, function):
         super().__init__()
@@ -391,9 +378,13 @@ def test_an_error_naming_no_op_and_a_custom_function_are_named():
     assert found.op == "RefusesCreateGraph"  # the custom Function in its graph
     torch.manual_seed(0)
     (found,) = check_model(
-        nn.Sequential(Wrap(ConstantSlope), nn.Linear(3, 1)), x
+        nn.Sequential(Wrap(SquareDetachesInBackward), nn.Linear(3, 1)), x
     ).breaks
-    assert (found.module, found.op, found.kind) == ("0", "ConstantSlope", "silent")
+    assert (found.module, found.op, found.kind) == (
+        "0",
+        "SquareDetachesInBackward",
+        "silent",
+    )
     assert "double_backward.check" in found.fix
 
 

@@ -7,18 +7,13 @@ it must find nothing, and on a deliberately broken copy, where it must find the 
 from __future__ import annotations
 
 import ast
-import csv
 import filecmp
 import functools
 import html
 import json
-import os
 import re
 import subprocess
-import sys
-import tempfile
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -152,45 +147,6 @@ def axe_problems(browser: Browser, urls: list[str]) -> list[str]:
                 )
         page.close()
     return problems
-
-
-def link_problems(base_url: str, urls: list[str]) -> list[str]:
-    """Broken internal links and anchors, by LinkChecker with its AnchorCheck plugin.
-
-    The site is checked as served (LinkChecker, run as root, drops to user nobody, who may
-    not read the build folder). Every page is a start URL of its own (an orphan page would
-    otherwise not be visited), checked one level deep: LinkChecker caches a page once checked
-    and then skips the anchors of later links to it, so one run over all pages would miss
-    them. A bad anchor is a warning in LinkChecker's terms; here warnings count as problems.
-    URLs outside the site are ignored, never fetched.
-    """
-    outside = "^(?!" + re.escape(base_url + "/") + ")"
-    command = [sys.executable, "-m", "linkcheck", "--no-status", "--recursion-level", "1",
-               "--ignore-url", outside, "--output", "csv"]  # fmt: skip
-    with tempfile.TemporaryDirectory() as home:
-        config = Path(home) / "linkcheckerrc"
-        config.write_text("[AnchorCheck]\n")
-        command += ["--config", str(config)]
-        os.chmod(home, 0o755)  # readable by nobody
-
-        def check(url: str) -> list[str]:
-            result = subprocess.run([*command, url], capture_output=True, text=True)
-            lines = [
-                line for line in result.stdout.splitlines() if not line.startswith("#")
-            ]
-            found = [
-                f"{row['parentname']}: {row['urlname']}: {row['warningstring'] or row['result']}"
-                for row in csv.DictReader(lines, delimiter=";")
-                if row["warningstring"] or row["valid"] != "True"
-            ]
-            if result.returncode != 0 and not found:
-                found.append(
-                    f"{url}: linkchecker exited {result.returncode}: {result.stderr}"
-                )
-            return found
-
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            return [problem for found in pool.map(check, urls) for problem in found]
 
 
 def html_validation_problems(site: Path) -> list[str]:

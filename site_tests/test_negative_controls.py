@@ -14,7 +14,6 @@ from .checks import (
     browser_problems,
     download_problems,
     html_validation_problems,
-    link_problems,
     live_timing_problems,
     notebook_problems,
     script_and_notebook_problems,
@@ -22,6 +21,7 @@ from .checks import (
     search_results,
     tree_differences,
 )
+from .links import link_problems
 
 EXAMPLE_PAGE = "auto_examples/plot_01_saving_inputs.html"
 
@@ -51,8 +51,12 @@ def test_browser_check_catches_a_figure_sized_out_of_proportion(
     page = broken_site / "auto_examples/plot_20_costs.html"
     text = page.read_text()
     assert '<img loading="lazy" decoding="async" width="720" height="461"' in text
-    page.write_text(text.replace('width="720" height="461"', 'width="720" height="720"', 1))
-    problems = browser_problems(browser, [f"{broken_base_url}/auto_examples/plot_20_costs.html"])
+    page.write_text(
+        text.replace('width="720" height="461"', 'width="720" height="720"', 1)
+    )
+    problems = browser_problems(
+        browser, [f"{broken_base_url}/auto_examples/plot_20_costs.html"]
+    )
     assert any("image sized 720x720, drawn 720x461" in p for p in problems), problems
 
 
@@ -99,10 +103,38 @@ def test_accessibility_check_catches_an_image_without_alt(
     assert any("image-alt" in p for p in problems), problems
 
 
-def test_link_check_catches_a_broken_anchor(broken_site, broken_base_url):
+def test_link_check_catches_a_broken_anchor_on_another_page(broken_site):
     inject(broken_site / "index.html", '<a href="api.html#no-such-anchor">broken</a>')
-    problems = link_problems(broken_base_url, [f"{broken_base_url}/index.html"])
-    assert any("no-such-anchor" in p for p in problems), problems
+    problems = link_problems(broken_site)
+    assert problems == [
+        f"index.html:{_last_line(broken_site / 'index.html')}: api.html#no-such-anchor: "
+        "no id 'no-such-anchor' on api.html"
+    ], problems
+
+
+def test_link_check_catches_a_broken_anchor_on_the_same_page_of_an_orphan(broken_site):
+    # A page no other page links to is checked too: every file is read, nothing is crawled.
+    orphan = broken_site / "auto_examples" / "orphan.html"
+    orphan.write_text('<html><body><a href="#nowhere">top</a></body></html>')
+    problems = link_problems(broken_site)
+    assert problems == ["auto_examples/orphan.html:1: #nowhere: no id 'nowhere' on "
+                        "auto_examples/orphan.html"], problems  # fmt: skip
+
+
+def test_link_check_catches_a_missing_file_and_a_link_out_of_the_site(broken_site):
+    (broken_site / "api.html").unlink()  # every page's navigation links to it
+    inject(broken_site / "index.html", '<img alt="x" src="../outside.png">')
+    problems = link_problems(broken_site)
+    assert any(p.endswith("api.html: no such file") for p in problems), problems
+    assert any(
+        p.endswith("../outside.png: points outside the site") for p in problems
+    ), problems
+
+
+def _last_line(page: Path) -> int:
+    """The line of the page that holds ``</body>`` (where inject puts its HTML)."""
+    lines = page.read_text().splitlines()
+    return next(n for n, line in enumerate(lines, 1) if "</body>" in line)
 
 
 def test_html_check_catches_a_duplicate_id(broken_site):
@@ -159,7 +191,9 @@ def test_download_check_catches_rest_left_in_a_notebook(broken_site):
     assert any("'.. literalinclude::'" in p for p in problems), problems
 
 
-def test_download_check_catches_a_script_without_the_function_its_page_shows(broken_site):
+def test_download_check_catches_a_script_without_the_function_its_page_shows(
+    broken_site,
+):
     path = next(broken_site.glob("_downloads/*/plot_03_*.py"))
     text = path.read_text()
     # The listing is code the reader can edit, not a comment.
@@ -180,11 +214,15 @@ def test_script_and_notebook_check_catches_a_script_that_is_not_its_notebooks_co
     assert script_and_notebook_problems(script, notebook) == []
     text = script.read_text()
     third_cell = "".join(
-        [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"][2][
-            "source"
-        ]
+        [
+            c
+            for c in json.loads(notebook.read_text())["cells"]
+            if c["cell_type"] == "code"
+        ][2]["source"]
     )
-    script.write_text(text.replace(third_cell, third_cell + "\nprint('script only')", 1))
+    script.write_text(
+        text.replace(third_cell, third_cell + "\nprint('script only')", 1)
+    )
     problems = script_and_notebook_problems(script, notebook)
     assert problems == [
         "plot_03_saving_intermediates.py: code the notebook does not have: "
@@ -192,12 +230,16 @@ def test_script_and_notebook_check_catches_a_script_that_is_not_its_notebooks_co
     ], problems
     script.write_text(text.replace(third_cell, "", 1))
     problems = script_and_notebook_problems(script, notebook)
-    assert len(problems) == 1 and "lacks the notebook's code cell 3" in problems[0], problems
+    assert len(problems) == 1 and "lacks the notebook's code cell 3" in problems[0], (
+        problems
+    )
 
 
 def test_a_page_that_starts_processes_has_its_script_run_whole():
     # The selection of scripts run whole, besides their notebooks (test_site.py).
-    assert RUNS_DIFFERENTLY_AS_A_SCRIPT.search("torch.multiprocessing.spawn(run, nprocs=2)")
+    assert RUNS_DIFFERENTLY_AS_A_SCRIPT.search(
+        "torch.multiprocessing.spawn(run, nprocs=2)"
+    )
     assert RUNS_DIFFERENTLY_AS_A_SCRIPT.search("mp.start_processes(run, nprocs=2)")
     assert RUNS_DIFFERENTLY_AS_A_SCRIPT.search("here = Path(__file__).parent")
     assert not RUNS_DIFFERENTLY_AS_A_SCRIPT.search("grad_x = torch.autograd.grad(y, x)")

@@ -20,7 +20,6 @@ from .checks import (
     download_problems,
     html_pages,
     html_validation_problems,
-    link_problems,
     live_timing_problems,
     notebook_problems,
     page_url,
@@ -31,6 +30,7 @@ from .checks import (
     tree_differences,
 )
 from .conftest import QuietHandler, serve
+from .links import link_problems
 
 ARTIFACTS = ROOT / "site-artifacts"
 EXAMPLE_PAGE = "auto_examples/plot_03_saving_intermediates.html"
@@ -94,8 +94,8 @@ def test_no_serious_or_critical_accessibility_violations(site, base_url, browser
     assert axe_problems(browser, all_urls(site, base_url)) == []
 
 
-def test_every_internal_link_and_anchor_resolves(site, base_url):
-    assert link_problems(base_url, all_urls(site, base_url)) == []
+def test_every_internal_link_and_anchor_resolves(site):
+    assert link_problems(site) == []
 
 
 def test_the_nu_validator_reports_no_errors(site):

@@ -25,7 +25,7 @@ DOCS_OUT = ROOT / "docs" / "_build" / "html"
 # Beside the HTML, not inside it: the HTML tree holds only what is served.
 DOCTREES = ROOT / "docs" / "_build" / "doctrees"
 sys.path.insert(0, str(ROOT / "tools"))
-from sphinx_build import arguments  # noqa: E402  (the one set of sphinx-build flags)
+from sphinx_build import arguments, reproducible_env  # noqa: E402  (the one sphinx-build command)
 
 
 def install(session: nox.Session, *groups: str) -> None:
@@ -192,8 +192,11 @@ def docs(session: nox.Session) -> None:
     require_graphviz(session)
     require_compiler(session)
     install(session, "docs")
+    # SOURCE_DATE_EPOCH: the last commit's time, so that `nox -s site` can compare this build
+    # with a clean build of its own (its reproducibility check).
     session.run("python", "-m", "sphinx",
-                *arguments("docs", DOCS_OUT, *session.posargs, doctrees=DOCTREES))  # fmt: skip
+                *arguments("docs", DOCS_OUT, *session.posargs, doctrees=DOCTREES),
+                env=reproducible_env())  # fmt: skip
 
 
 @nox.session(reuse_venv=True)

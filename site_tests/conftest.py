@@ -31,6 +31,7 @@ from .checks import CHROMIUM, CHROMIUM_ARGS, ROOT
 
 sys.path.insert(0, str(ROOT / "tools"))
 from scratch_docs import build_html, copy_sources  # noqa: E402
+from sphinx_build import reproducible_env  # noqa: E402
 
 SITE = Path(os.environ.get("DOUBLE_BACKWARD_SITE", ROOT / "docs" / "_build" / "html"))
 
@@ -223,7 +224,7 @@ class ReaderSite:
     """A site built with its base URL set to the loopback address that serves it."""
 
     html: Path
-    second_html: Path  # a second clean build, for the reproducibility check
+    clean_html: Path  # the reproducibility check's second build, made as `nox -s docs` does
     base_url: str
     reader: Reader
 
@@ -295,31 +296,36 @@ def _serve_until_the_run_ends(folder: Path, port_file: Path) -> str:
 def reader_site(
     tmp_path_factory: pytest.TempPathFactory, reader: Reader
 ) -> Iterator[ReaderSite]:
-    """Two clean builds with SOURCE_DATE_EPOCH; the first served on the URL it was built for.
+    """A clean build made as `nox -s docs` makes it, and that build written again with its
+    base URL set to the loopback address that serves it.
 
-    Built once per run: the first pytest-xdist worker to need it builds it while the others
-    wait, and all use it; a failed build is reported to each, not tried again.
+    The clean build is the second of the reproducibility check's pair (the first is the site
+    `nox -s docs` built); it starts from an empty C++ build cache, so a page that printed
+    whether the extension was compiled now or loaded from the cache would differ. Writing it
+    again with a base URL runs no example (sphinx-gallery keeps their outputs while their
+    sources are unchanged) and writes every page and download again: all that the base URL
+    changes. Built once per run: the first pytest-xdist worker to need it builds it while the
+    others wait, and all use it; a failed build is reported to each, not tried again.
     """
     shared = shared_folder(tmp_path_factory)
-    root = shared / "reader-site"
+    tree = shared / "reader-site"
     built, failed = shared / "reader-site.json", shared / "reader-site.failed"
     with exclusive(shared / "reader-site.lock"):
         if failed.exists():
             pytest.fail(f"building the reader's site failed:\n{failed.read_text()}")
         if not built.exists():
             try:
-                first = root / "first" / "html"
-                url = _serve_until_the_run_ends(first, root.parent / "reader-site.port")
-                env = {**os.environ, "SOURCE_DATE_EPOCH": "1767225600"}
-                # The second build starts with an empty C++ build cache, so a page that printed
-                # whether the extension was compiled now or loaded from the cache would differ.
-                second_env = {**env, "DOUBLE_BACKWARD_CACHE_DIR": str(root / "empty-cache")}
-                for name, build_env in (("first", env), ("second", second_env)):
-                    tree = copy_sources(root / name)
-                    build_html(tree, "html", "-D", f"html_baseurl={url}/", env=build_env)
+                url = _serve_until_the_run_ends(tree / "reader-html", shared / "reader-site.port")
+                env = {**os.environ, **reproducible_env(),
+                       "DOUBLE_BACKWARD_CACHE_DIR": str(shared / "empty-cache")}  # fmt: skip
+                copy_sources(tree)
+                build_html(tree, "html", env=env)
+                # With the pages it read: the second build reads nothing again, only writes.
+                shutil.copytree(tree / "html.doctrees", tree / "reader-html.doctrees")
+                build_html(tree, "reader-html", "-D", f"html_baseurl={url}/", env=env)
             except BaseException as error:  # build_html exits with the build's output
                 failed.write_text(f"{type(error).__name__}: {error}")
                 raise
             built.write_text(json.dumps({"base_url": url}))
     base_url = json.loads(built.read_text())["base_url"]
-    yield ReaderSite(root / "first" / "html", root / "second" / "html", base_url, reader)
+    yield ReaderSite(tree / "reader-html", tree / "html", base_url, reader)

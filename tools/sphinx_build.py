@@ -9,10 +9,12 @@ what is served. Run as a script (Read the Docs does)::
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
 FLAGS = ("-W", "--keep-going", "-n", "-b", "html")
 
 
@@ -24,7 +26,25 @@ def arguments(source: str | Path, out: str | Path, *extra: str,
     return [*FLAGS, "-d", str(doctrees), *extra, str(source), str(out)]
 
 
+def reproducible_env(repository: str | Path = ROOT) -> dict[str, str]:
+    """``SOURCE_DATE_EPOCH`` for a docs build: as set, else the time of ``repository``'s last
+    commit (the usual choice for reproducible builds), so that every build of one commit agrees
+    (the copyright year, the wheel's and the zips' timestamps); empty outside a git clone."""
+    if "SOURCE_DATE_EPOCH" in os.environ:
+        return {"SOURCE_DATE_EPOCH": os.environ["SOURCE_DATE_EPOCH"]}
+    try:
+        last_commit = subprocess.run(
+            ["git", "-C", str(repository), "log", "-1", "--format=%ct"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    return {"SOURCE_DATE_EPOCH": last_commit} if last_commit.isdigit() else {}
+
+
 if __name__ == "__main__":
     source, out, *extra = sys.argv[1:]
     command = [sys.executable, "-m", "sphinx", *arguments(source, out, *extra)]
-    sys.exit(subprocess.run(command).returncode)
+    sys.exit(
+        subprocess.run(command, env={**os.environ, **reproducible_env()}).returncode
+    )

@@ -163,10 +163,11 @@ def html_validation_problems(site: Path) -> list[str]:
     ]
 
 
-def tree_differences(first: Path, second: Path) -> list[str]:
-    """Files that differ between two directory trees, or exist in only one of them."""
+def tree_differences(first: Path, second: Path, ignore: tuple[str, ...] = ()) -> list[str]:
+    """Files that differ between two directory trees, or exist in only one of them; files and
+    folders named in ``ignore`` are left out, at every level."""
     differences = []
-    pending = [filecmp.dircmp(first, second)]
+    pending = [filecmp.dircmp(first, second, ignore=[*filecmp.DEFAULT_IGNORES, *ignore])]
     while pending:
         comparison = pending.pop()
         here = Path(comparison.left).relative_to(first)

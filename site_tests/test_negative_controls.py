@@ -51,12 +51,8 @@ def test_browser_check_catches_a_figure_sized_out_of_proportion(
     page = broken_site / "auto_examples/plot_20_costs.html"
     text = page.read_text()
     assert '<img loading="lazy" decoding="async" width="720" height="461"' in text
-    page.write_text(
-        text.replace('width="720" height="461"', 'width="720" height="720"', 1)
-    )
-    problems = browser_problems(
-        browser, [f"{broken_base_url}/auto_examples/plot_20_costs.html"]
-    )
+    page.write_text(text.replace('width="720" height="461"', 'width="720" height="720"', 1))
+    problems = browser_problems(browser, [f"{broken_base_url}/auto_examples/plot_20_costs.html"])
     assert any("image sized 720x720, drawn 720x461" in p for p in problems), problems
 
 
@@ -191,9 +187,7 @@ def test_download_check_catches_rest_left_in_a_notebook(broken_site):
     assert any("'.. literalinclude::'" in p for p in problems), problems
 
 
-def test_download_check_catches_a_script_without_the_function_its_page_shows(
-    broken_site,
-):
+def test_download_check_catches_a_script_without_the_function_its_page_shows(broken_site):
     path = next(broken_site.glob("_downloads/*/plot_03_*.py"))
     text = path.read_text()
     # The listing is code the reader can edit, not a comment.
@@ -214,15 +208,11 @@ def test_script_and_notebook_check_catches_a_script_that_is_not_its_notebooks_co
     assert script_and_notebook_problems(script, notebook) == []
     text = script.read_text()
     third_cell = "".join(
-        [
-            c
-            for c in json.loads(notebook.read_text())["cells"]
-            if c["cell_type"] == "code"
-        ][2]["source"]
+        [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"][2][
+            "source"
+        ]
     )
-    script.write_text(
-        text.replace(third_cell, third_cell + "\nprint('script only')", 1)
-    )
+    script.write_text(text.replace(third_cell, third_cell + "\nprint('script only')", 1))
     problems = script_and_notebook_problems(script, notebook)
     assert problems == [
         "plot_03_saving_intermediates.py: code the notebook does not have: "
@@ -230,16 +220,12 @@ def test_script_and_notebook_check_catches_a_script_that_is_not_its_notebooks_co
     ], problems
     script.write_text(text.replace(third_cell, "", 1))
     problems = script_and_notebook_problems(script, notebook)
-    assert len(problems) == 1 and "lacks the notebook's code cell 3" in problems[0], (
-        problems
-    )
+    assert len(problems) == 1 and "lacks the notebook's code cell 3" in problems[0], problems
 
 
 def test_a_page_that_starts_processes_has_its_script_run_whole():
     # The selection of scripts run whole, besides their notebooks (test_site.py).
-    assert RUNS_DIFFERENTLY_AS_A_SCRIPT.search(
-        "torch.multiprocessing.spawn(run, nprocs=2)"
-    )
+    assert RUNS_DIFFERENTLY_AS_A_SCRIPT.search("torch.multiprocessing.spawn(run, nprocs=2)")
     assert RUNS_DIFFERENTLY_AS_A_SCRIPT.search("mp.start_processes(run, nprocs=2)")
     assert RUNS_DIFFERENTLY_AS_A_SCRIPT.search("here = Path(__file__).parent")
     assert not RUNS_DIFFERENTLY_AS_A_SCRIPT.search("grad_x = torch.autograd.grad(y, x)")

@@ -119,7 +119,8 @@ def test_two_clean_builds_with_source_date_epoch_are_byte_identical(site, reader
     # the docs session's venv there, the site session's here. Every other file is compared.
     assert tree_differences(first, second, ignore=(".buildinfo",)) == [], (
         f"{first} differs from a clean build of the same sources: if it was built on top of "
-        "an earlier build, remove docs/_build and docs/auto_examples and run `nox -s docs`"
+        "an earlier build, or before the last commit (SOURCE_DATE_EPOCH is that commit's "
+        "time), remove docs/_build and docs/auto_examples and run `nox -s docs` again"
     )
     assert list(first.rglob("*.zip")), "the comparison should include the download zips"
     assert list(first.glob("wheels/double_backward-*.whl")), (

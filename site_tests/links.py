@@ -71,10 +71,15 @@ def _target(site: Path, page: Path, path: str) -> Path:
 
 def link_problems(site: Path) -> list[str]:
     """Every URL of every page of ``site`` that names a missing file, a file outside the site,
-    or a fragment its page does not define, as ``page:line: url: why``."""
+    or a fragment its page does not define, as ``page:line: url: why``; and every page that is
+    not UTF-8 (its links unread; a link to one of its fragments is then reported too)."""
     site = site.resolve()
-    pages = {page.resolve(): _parse(page) for page in sorted(site.rglob("*.html"))}
-    problems = []
+    pages, problems = {}, []
+    for page in sorted(site.rglob("*.html")):
+        try:
+            pages[page.resolve()] = _parse(page)
+        except UnicodeDecodeError as error:  # the pages declare UTF-8
+            problems.append(f"{page.relative_to(site).as_posix()}: not UTF-8: {error}")
     for page, links in pages.items():
         where = page.relative_to(site).as_posix()
         for line, url in links.urls:

@@ -127,6 +127,12 @@ def test_link_check_catches_a_missing_file_and_a_link_out_of_the_site(broken_sit
     ), problems
 
 
+def test_link_check_reports_a_page_that_is_not_utf8_instead_of_stopping(broken_site):
+    (broken_site / "latin1.html").write_bytes('<p id="café">café</p>'.encode("latin-1"))
+    problems = link_problems(broken_site)
+    assert len(problems) == 1 and problems[0].startswith("latin1.html: not UTF-8: "), problems
+
+
 def _last_line(page: Path) -> int:
     """The line of the page that holds ``</body>`` (where inject puts its HTML)."""
     lines = page.read_text().splitlines()

@@ -1,0 +1,65 @@
+""".ci/run's first step: it stops at once, saying how much to free, when the disk is too small."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+CI_RUN = Path(__file__).resolve().parents[1] / ".ci" / "run"
+
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+
+
+def check_disk(need_mb: int, venv_mb: int, cache: Path) -> subprocess.CompletedProcess[str]:
+    """Run .ci/run's own check_disk function (cut out of the script) with the given needs."""
+    function = re.search(r"^check_disk\(\) \{\n.*?^\}\n", CI_RUN.read_text(), re.M | re.S)
+    assert function, "check_disk() not found in .ci/run"
+    script = f"DISK_NEED_MB={need_mb}\nTORCH_2_14_VENV_MB={venv_mb}\n{function[0]}check_disk\n"
+    return subprocess.run(
+        ["bash", "-c", script], cwd=cache.parent, capture_output=True, text=True, timeout=60,
+        env={"PATH": os.environ["PATH"], "HOME": str(cache.parent),
+             "DOUBLE_BACKWARD_CACHE_DIR": str(cache)},
+    )  # fmt: skip
+
+
+def free_mb(path: Path) -> int:
+    return shutil.disk_usage(path).free // 2**20
+
+
+def test_a_disk_with_room_passes_and_says_what_it_has(tmp_path):
+    result = check_disk(1, 1, tmp_path / "cache")
+    assert result.returncode == 0, result.stderr
+    assert "a run needs 2 MB (torch 2.14.1's venv to install" in result.stdout
+
+
+def test_a_disk_too_small_stops_the_run_saying_how_much_to_free(tmp_path):
+    need = free_mb(tmp_path) + 10**6  # a million MB more than there is
+    result = check_disk(need, 0, tmp_path / "cache")
+    assert result.returncode == 1
+    match = re.search(r"free (\d+) MB more", result.stderr)
+    assert match, result.stderr
+    assert abs(int(match[1]) - 10**6) < 10**4  # others may write or free a little meanwhile
+
+
+def test_the_venv_is_counted_only_when_the_cache_lacks_it(tmp_path):
+    cache = tmp_path / "cache"
+    without = check_disk(1, free_mb(tmp_path) + 10**6, cache)
+    assert without.returncode == 1
+    python = cache / "venvs" / "torch-2.14.1-py311" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("")
+    python.chmod(0o755)
+    abi = subprocess.run(
+        ["python3", "-c", "import sys; print('py%d%d' % sys.version_info[:2])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    if abi != "py311":
+        python.parent.parent.rename(python.parent.parent.with_name(f"torch-2.14.1-{abi}"))
+    cached = check_disk(1, free_mb(tmp_path) + 10**6, cache)
+    assert cached.returncode == 0, cached.stderr
+    assert "torch 2.14.1's venv already in" in cached.stdout

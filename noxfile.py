@@ -215,31 +215,55 @@ def serve(session: nox.Session) -> None:
     )  # fmt: skip
 
 
-@nox.session(reuse_venv=True)
+# One venv for the four benchmark sessions: they need the same things (the package with every
+# extra; `bench` also the docs group, which the others do not mind), so torch (1.1 GB, about
+# 25 s to install) is installed once for all four, not four times.
+BENCH_VENV = ROOT / ".nox" / "bench-shared"
+
+
+def bench_venv(session: nox.Session) -> tuple[str, dict[str, str]]:
+    """The benchmarks' venv, made on first use: its python, and the environment to run it in.
+    Every run re-applies the install (a few seconds when nothing changed), as `torch_venv`
+    does."""
+    bin_dir = BENCH_VENV / "bin"
+    if not (bin_dir / "python").exists():
+        session.run_install(sys.executable, "-m", "venv", str(BENCH_VENV), external=True)
+    session.run_install(
+        str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS,
+        "-e", f"{ROOT}[pages]", *nox.project.dependency_groups(PYPROJECT, "docs"),
+        external=True,
+    )  # fmt: skip
+    # The venv's bin first on PATH, as in a session's own venv: torch finds ninja there.
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+           "VIRTUAL_ENV": str(BENCH_VENV)}  # fmt: skip
+    return str(bin_dir / "python"), env
+
+
+@nox.session(venv_backend="none")
 def bench(session: nox.Session) -> None:
     """Time clean, no-change and one-edit docs builds against the examples run alone."""
     require_graphviz(session)
     require_compiler(session)
-    install(session, "docs")
-    session.run("python", "benchmarks/docs_build.py", *session.posargs)
+    python, env = bench_venv(session)
+    session.run(python, "benchmarks/docs_build.py", *session.posargs, env=env, external=True)
 
 
-@nox.session(reuse_venv=True)
+@nox.session(venv_backend="none")
 def bench_checker(session: nox.Session) -> None:
     """Time and memory of one double_backward.check, 1e3 to 1e6 elements, and its detection
     rate on a planted 5% error."""
-    install(session)
-    session.run("python", "benchmarks/checker_scaling.py", *session.posargs)
+    python, env = bench_venv(session)
+    session.run(python, "benchmarks/checker_scaling.py", *session.posargs, env=env, external=True)
 
 
-@nox.session(reuse_venv=True)
+@nox.session(venv_backend="none")
 def bench_functions(session: nox.Session) -> None:
     """Time each Function against its native op, count saved bytes; `-- --quick` to try.
 
     `-- --device cuda`: ops' attention against MATH on the GPU, issue 28's targets side by side
     (`-- --device cpu --quick` tries that code path without a GPU)."""
-    install(session)
-    session.run("python", "benchmarks/functions.py", *session.posargs)
+    python, env = bench_venv(session)
+    session.run(python, "benchmarks/functions.py", *session.posargs, env=env, external=True)
     # The softmax and LayerNorm Functions of "Deriving double backward", into their own JSON.
     # --quick and --rounds apply to both scripts; --part, --only and the output paths are
     # functions.py's own, and a run that names one times only what it names.
@@ -247,14 +271,15 @@ def bench_functions(session: nox.Session) -> None:
     if not {"--part", "--only", "--output", "--attention-output", "--device"} & {
         arg.split("=")[0] for arg in session.posargs
     }:
-        session.run("python", "benchmarks/softmax_layer_norm.py", *session.posargs)
+        session.run(python, "benchmarks/softmax_layer_norm.py", *session.posargs,
+                    env=env, external=True)  # fmt: skip
 
 
-@nox.session(reuse_venv=True)
+@nox.session(venv_backend="none")
 def bench_call_overhead(session: nox.Session) -> None:
     """Time a custom operator's call against a Function's, and an aot_eager compile."""
-    install(session)
-    session.run("python", "benchmarks/call_overhead.py", *session.posargs)
+    python, env = bench_venv(session)
+    session.run(python, "benchmarks/call_overhead.py", *session.posargs, env=env, external=True)
 
 
 # A reader's venv: torch and NumPy, what the package requires, and a Jupyter kernel; nothing of

@@ -114,32 +114,39 @@ def cache_root() -> Path:
     return Path(base) / "double_backward"
 
 
+def own_venv(session: nox.Session, venv: Path, constraints: str | Path, group: str) -> str:
+    """A venv nox does not manage (kept outside the clone, or shared by several sessions), made
+    on first use, with the package (editable, every extra) and a dependency group installed
+    under the constraints. Every run re-applies the install, which is quick when nothing changed
+    and completes an interrupted one. Returns the venv's python."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        session.run_install(sys.executable, "-m", "venv", str(venv), external=True)
+    session.run_install(
+        str(python), "-m", "pip", "install", "--quiet", "-c", str(constraints),
+        "-e", f"{ROOT}[pages]", *nox.project.dependency_groups(PYPROJECT, group),
+        external=True,
+    )  # fmt: skip
+    return str(python)
+
+
 def torch_venv(session: nox.Session, torch_version: str) -> str:
     """A venv with ``torch==torch_version``, the package (editable) and the test group.
 
     Kept in the cache folder, outside the clone, so that torch (5.5 GB for 2.14.1) is installed
-    once per machine, not once per clone: CI's fresh clone reuses it. Every run re-applies the
-    install, which is quick when nothing changed and completes an interrupted one.
-    Returns the venv's python.
+    once per machine, not once per clone: CI's fresh clone reuses it. Returns the venv's python.
     """
     abi = f"py{sys.version_info.major}{sys.version_info.minor}"
     venv = cache_root() / "venvs" / f"torch-{torch_version}-{abi}"
-    python = venv / "bin" / "python"
-    if not python.exists():
-        session.run_install(sys.executable, "-m", "venv", str(venv), external=True)
     # The project's pins, with torch's replaced by the one asked for.
     pins = [
         line for line in Path(CONSTRAINTS).read_text().splitlines()
         if not line.replace(" ", "").startswith("torch==")
     ]  # fmt: skip
     constraints = venv / "constraints.txt"
+    venv.mkdir(parents=True, exist_ok=True)  # `python -m venv` makes its venv in it all the same
     constraints.write_text("\n".join([*pins, f"torch=={torch_version}", ""]))
-    requirements = nox.project.dependency_groups(PYPROJECT, "test")
-    session.run_install(
-        str(python), "-m", "pip", "install", "--quiet", "-c", str(constraints),
-        "-e", f"{ROOT}[pages]", *requirements, external=True,
-    )  # fmt: skip
-    return str(python)
+    return own_venv(session, venv, constraints, "test")
 
 
 @nox.session(venv_backend="none")
@@ -222,21 +229,13 @@ BENCH_VENV = ROOT / ".nox" / "bench-shared"
 
 
 def bench_venv(session: nox.Session) -> tuple[str, dict[str, str]]:
-    """The benchmarks' venv, made on first use: its python, and the environment to run it in.
-    Every run re-applies the install (a few seconds when nothing changed), as `torch_venv`
-    does."""
-    bin_dir = BENCH_VENV / "bin"
-    if not (bin_dir / "python").exists():
-        session.run_install(sys.executable, "-m", "venv", str(BENCH_VENV), external=True)
-    session.run_install(
-        str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS,
-        "-e", f"{ROOT}[pages]", *nox.project.dependency_groups(PYPROJECT, "docs"),
-        external=True,
-    )  # fmt: skip
+    """The benchmarks' venv: its python, and the environment to run it in."""
+    python = own_venv(session, BENCH_VENV, CONSTRAINTS, "docs")
     # The venv's bin first on PATH, as in a session's own venv: torch finds ninja there.
+    bin_dir = Path(python).parent
     env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
            "VIRTUAL_ENV": str(BENCH_VENV)}  # fmt: skip
-    return str(bin_dir / "python"), env
+    return python, env
 
 
 @nox.session(venv_backend="none")

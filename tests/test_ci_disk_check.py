@@ -50,16 +50,15 @@ def test_the_venv_is_counted_only_when_the_cache_lacks_it(tmp_path):
     cache = tmp_path / "cache"
     without = check_disk(1, free_mb(tmp_path) + 10**6, cache)
     assert without.returncode == 1
-    python = cache / "venvs" / "torch-2.14.1-py311" / "bin" / "python"
-    python.parent.mkdir(parents=True)
-    python.write_text("")
-    python.chmod(0o755)
+    # check_disk names the venv after the ABI of the python3 it finds on PATH.
     abi = subprocess.run(
         ["python3", "-c", "import sys; print('py%d%d' % sys.version_info[:2])"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
-    if abi != "py311":
-        python.parent.parent.rename(python.parent.parent.with_name(f"torch-2.14.1-{abi}"))
+    python = cache / "venvs" / f"torch-2.14.1-{abi}" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("")
+    python.chmod(0o755)
     cached = check_disk(1, free_mb(tmp_path) + 10**6, cache)
     assert cached.returncode == 0, cached.stderr
     assert "torch 2.14.1's venv already in" in cached.stdout

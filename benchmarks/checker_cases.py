@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from double_backward.checker import calling, evidence
+from double_backward.checker.function import calling, evidence
 
 
 # BROKEN: an RMSNorm saving rstd = 1/sqrt(mean(x²) + eps) as an intermediate (Liger-Kernel's

@@ -101,7 +101,7 @@ def test_an_error_without_a_message_is_named_by_its_type(x):
 
 
 def test_a_stage_of_the_checker_that_fails_is_a_note_not_a_crash(x, monkeypatch):
-    from double_backward.checker import causes, evidence
+    from double_backward.checker.function import causes, evidence
 
     def broken(*args):
         raise RuntimeError("simulated")
@@ -642,7 +642,7 @@ def test_derived_points_keep_a_positive_definite_input_positive_definite():
 def test_built_in_operators_get_advice_about_built_ins(x, monkeypatch):
     import torch.nn.functional as F
 
-    from double_backward.checker import evidence
+    from double_backward.checker.function import evidence
 
     # hardsigmoid's double backward raises inside PyTorch on every tested release (the
     # built-ins table; pdist's did on 2.13 only): named as raised.
@@ -713,7 +713,8 @@ def test_a_float32_only_function_gets_a_hint_about_dtype(capsys):
 
 
 def test_small_pieces_of_the_report_and_the_arguments():
-    from double_backward.checker import Report, calling
+    from double_backward.checker import Report
+    from double_backward.checker.function import calling
 
     two = Report("f", problems=[Problem("a", "first thing. more"), Problem("b", "second")])
     assert two.verdict == "PROBLEM [a] first thing (+1 more)"

@@ -6,8 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from double_backward.checker import finite_differences as fd
-from double_backward.checker.finite_differences import Difference, central_difference
+from double_backward.checker.shared import finite_differences as fd
+from double_backward.checker.shared.finite_differences import (
+    Difference,
+    central_difference,
+)
 
 
 def _randn(*shape, seed=0, dtype=torch.float64):

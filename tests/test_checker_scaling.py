@@ -21,7 +21,7 @@ from benchmarks.checker_cases import (
     rms_norm,
 )
 from double_backward import check
-from double_backward.checker import evidence
+from double_backward.checker.function import evidence
 from double_backward.functions import failures
 
 from .checker_corpus import LayerNormSavesStats, LowerBound, ReLUMask

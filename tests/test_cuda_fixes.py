@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from double_backward.checker.cuda_fixes import CUDA_FIXES, CUDNN_RNN_EVAL_MESSAGE
 from double_backward.checker.model import FIXES, fix_for
+from double_backward.checker.shared.cuda_fixes import CUDA_FIXES, CUDNN_RNN_EVAL_MESSAGE
 
 # The errors as measured on an NVIDIA H200, torch 2.11.0+cu130 (issue 28's text).
 MESSAGES = {

@@ -328,7 +328,7 @@ def test_the_broken_function_is_named_not_a_sound_one_nearer_the_output():
 
 
 def test_the_watched_apply_is_put_back_when_the_call_fails():
-    from double_backward.checker.model_functions import diagnose
+    from double_backward.checker.model.functions import diagnose
 
     def failing_call():
         CubeSavesSquare.apply(torch.randn(2, requires_grad=True))

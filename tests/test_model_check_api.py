@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from double_backward import check_model
-from double_backward.checker.fixes import FIXES, fix_for
-from double_backward.checker.model_calls import closed_modules, fresh, snapshot
+from double_backward.checker.model.calls import closed_modules, fresh, snapshot
+from double_backward.checker.shared.fixes import FIXES, fix_for
 from double_backward.functions.failures import SquareDetachesInBackward
 
 
@@ -311,7 +311,7 @@ def test_named_tuples_and_objects_inside_containers_are_copied():
 
 
 def test_widening_covers_half_to_other_and_type():
-    from double_backward.checker.model_calls import Widen
+    from double_backward.checker.model.calls import Widen
 
     x = torch.randn(3, dtype=torch.float64)
     other = torch.randn(1, dtype=torch.float32)
@@ -389,8 +389,8 @@ def test_an_error_naming_no_op_and_a_custom_function_are_named():
 
 
 def test_an_error_with_no_op_and_no_function_says_to_read_it():
-    from double_backward.checker.model_locate import name_break
-    from double_backward.checker.model_penalty import NotDifferentiable, Outcome
+    from double_backward.checker.model.locate import name_break
+    from double_backward.checker.model.penalty import NotDifferentiable, Outcome
 
     class Failing:  # a target whose call fails: no graph to read
         def outputs(self):

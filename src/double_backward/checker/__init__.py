@@ -10,7 +10,7 @@ From the command line, on any importable Function or function::
     python -m double_backward.checker double_backward:SinhBad --shape 3,3
 
 **The verdict comes from evidence.** A problem is reported only when something was seen to
-fail at your inputs (:mod:`~double_backward.checker.evidence`):
+fail at your inputs (:mod:`~double_backward.checker.function.evidence`):
 
 1. calling the Function (an error it raises is reported as that, with its message; NaN or inf
    in the outputs is said plainly);
@@ -28,23 +28,30 @@ Points derived from yours (a 1% relative change) are checked too; a failure seen
 shown, with the point, for you to judge. With ``surrogate_gradient=True`` the first derivative
 is taken as given and double backward is checked against your backward.
 
-**Structure explains, it does not accuse** (:mod:`~double_backward.checker.causes`). When a
+**Structure explains, it does not accuse** (:mod:`~double_backward.checker.function.causes`). When a
 check fails, the autograd graph is read to name the *cause*, naming each tensor. A suspicious
 pattern that did not fail is a note. :mod:`torch.func` support is reported, never required.
 
-The package is laid out by role: :mod:`~double_backward.checker.report` (the problems and
-their rendering), :mod:`~double_backward.checker.calling` (the Function's arguments and the
-points), :mod:`~double_backward.checker.evidence`, :mod:`~double_backward.checker.causes`,
-:mod:`~double_backward.checker.api` (:func:`check`) and :mod:`~double_backward.checker.cli`.
+The package is laid out by role, one sub-package per checker beside what they share:
+
+- ``checker.function``: :func:`check` on one Function:
+  :mod:`~double_backward.checker.function.calling` (the Function's arguments and the points),
+  :mod:`~double_backward.checker.function.evidence`,
+  :mod:`~double_backward.checker.function.causes`, :mod:`~double_backward.checker.function.api`
+  and :mod:`~double_backward.checker.function.cli`;
+- ``checker.model``: :func:`~double_backward.check_model` on a whole model;
+- ``checker.shared``: the problems and their rendering (``report``), central differences
+  (``finite_differences``) and the fixes for built-ins (``fixes``, ``cuda_fixes``).
+
 torch and NumPy only.
 """
 
 from __future__ import annotations
 
-from .api import check
-from .cli import main
-from .evidence import FULL_MODE_UP_TO, JACOBIAN_ENTRIES, TOLERANCES
-from .report import DOCS_URL, PAGES, Problem, Report
+from .function.api import check
+from .function.cli import main
+from .function.evidence import FULL_MODE_UP_TO, JACOBIAN_ENTRIES, TOLERANCES
+from .shared.report import DOCS_URL, PAGES, Problem, Report
 
 __all__ = [
     "DOCS_URL", "FULL_MODE_UP_TO", "JACOBIAN_ENTRIES", "PAGES", "TOLERANCES", "Problem",

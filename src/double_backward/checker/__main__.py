@@ -1,7 +1,7 @@
-"""``python -m double_backward.checker``: see :mod:`double_backward.checker.cli`."""
+"""``python -m double_backward.checker``: see :mod:`double_backward.checker.function.cli`."""
 
 import sys
 
-from .cli import main
+from .function.cli import main
 
 sys.exit(main())

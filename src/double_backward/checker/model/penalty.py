@@ -14,7 +14,7 @@ leaves it is differentiated by. ``wrt`` says which penalty runs:
 compares ``uᵀ J v`` (``J`` the derivative of that gradient with respect to the leaves the
 penalty differentiates, ``u`` and ``v`` random directions) computed by autograd with central
 differences of the gradient along ``v``; the step is chosen per direction and kink crossings
-are refused (:mod:`~double_backward.checker.finite_differences`). A direction that cannot
+are refused (:mod:`~double_backward.checker.shared.finite_differences`). A direction that cannot
 decide is replaced by another (the inputs alone, the parameters alone); when none decides,
 the outcome says so: never a pass.
 """
@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-from .finite_differences import TOLERANCE, central_difference
-from .model_calls import State, Widen, fresh, tensors
+from ..shared.finite_differences import TOLERANCE, central_difference
+from .calls import State, Widen, fresh, tensors
 
 #: What a penalty differentiates (first) and what its backward reaches (second), by ``wrt``.
 WRT = ("inputs", "parameters", "both")

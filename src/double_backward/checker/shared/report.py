@@ -1,8 +1,8 @@
 """What the checker found, and how it is shown: :class:`Problem`, :class:`Report`, text, JSON.
 
 Every problem is a :class:`Problem` carrying its diagnosis and the page that explains the fix;
-the checks only decide which problems apply (:mod:`~double_backward.checker.evidence`,
-:mod:`~double_backward.checker.causes`). This module only renders: one verdict line first,
+the checks only decide which problems apply (:mod:`~double_backward.checker.function.evidence`,
+:mod:`~double_backward.checker.function.causes`). This module only renders: one verdict line first,
 then one line per check, then the notes, then each problem in full.
 """
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ..shared.report import Problem, Report
 from . import causes, evidence
 from .calling import (
     PERTURBATION,
@@ -24,7 +25,6 @@ from .calling import (
     slots_of,
 )  # fmt: skip
 from .evidence import Failed, Settings
-from .report import Problem, Report
 
 OPTIONS = (
     "kwargs", "wrt", "surrogate_gradient", "dtype", "points", "directions", "fast_mode",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import textwrap
 
-from .fixes import BUILTINS_TABLE
+from ..shared.fixes import BUILTINS_TABLE
 
 #: Where a break was seen (:attr:`Break.seen`).
 SEEN_IN_BOTH = "the whole model and the submodule alone"

@@ -26,11 +26,12 @@ masks keep their ``requires_grad``, caches are copied), and each submodule is ch
 way on them. A break is reported in the innermost submodules that break on their own, by their
 dotted path (``layers.1.self_attn``; ``""`` is the model itself), with what was found there.
 
-The module is laid out by role: ``model_calls`` (calling the model the same way every
-time, recording its submodules' calls), ``model_penalty`` (the penalty and the
-second-derivative comparison), ``model_locate`` (where, and what), ``model_functions``
+The sub-package is laid out by role: ``calls`` (calling the model the same way every
+time, recording its submodules' calls), ``penalty`` (the penalty and the
+second-derivative comparison), ``locate`` (where, and what), ``functions``
 (:func:`~double_backward.check` on a located custom Function's recorded arguments, to name
-the cause), ``model_report`` (the report) and ``fixes`` (``FIXES``). torch only.
+the cause), ``report`` (the report) and this module, ``check``; the fixes (``FIXES``) are
+in ``checker.shared.fixes``, beside what the two checkers share. torch only.
 """
 
 from __future__ import annotations
@@ -42,10 +43,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..distributed.wrapped import wrapped_model_message
-from .fixes import BUILTINS_PAGE, BUILTINS_TABLE, fix_for
-from .fixes import FIXES as _FIXES
-from .model_calls import (
+from ...distributed.wrapped import wrapped_model_message
+from ..shared.fixes import BUILTINS_PAGE, BUILTINS_TABLE, fix_for
+from ..shared.fixes import FIXES as _FIXES
+from .calls import (
     Cast,
     State,
     closed_modules,
@@ -55,13 +56,13 @@ from .model_calls import (
     recording,
     tensors,
 )
-from .model_locate import locate
-from .model_penalty import PENALTIES, WRT, NotDifferentiable, Outcome, Target, check
-from .model_report import Break, ModelReport
+from .locate import locate
+from .penalty import PENALTIES, WRT, NotDifferentiable, Outcome, Target, check
+from .report import Break, ModelReport
 
 #: The fix for each built-in whose double backward raises, keyed by the ATen operator an error
 #: names (its ``_backward`` stripped), by the op's OpInfo name, or by ``nn.<module type>``
-#: (defined in ``double_backward.checker.fixes``). The built-ins table on the site and
+#: (defined in ``double_backward.checker.shared.fixes``). The built-ins table on the site and
 #: :func:`~double_backward.check_model` both read it.
 FIXES = _FIXES
 

@@ -10,12 +10,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from .causes import custom_nodes, is_once_differentiable
-from .fixes import FAILURES_PAGE, HIGHER_ORDERS_PAGE, fix_for, fix_for_message
-from .model_calls import Call
-from .model_functions import diagnose
-from .model_penalty import NotDifferentiable, Outcome, Target, check
-from .model_report import SEEN_IN_BOTH, SEEN_IN_MODEL, Break
+from ..function.causes import custom_nodes, is_once_differentiable
+from ..shared.fixes import FAILURES_PAGE, HIGHER_ORDERS_PAGE, fix_for, fix_for_message
+from .calls import Call
+from .functions import diagnose
+from .penalty import NotDifferentiable, Outcome, Target, check
+from .report import SEEN_IN_BOTH, SEEN_IN_MODEL, Break
 
 _ATEN_IN_MESSAGE = re.compile(r"aten::(\w+)|derivative for '(\w+)'")
 _POWER_ITERATION_FIX = (

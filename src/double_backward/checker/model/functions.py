@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
-from .api import check
-from .calling import differentiable
-from .model_calls import map_tensors
-from .report import Problem
+from ..function.api import check
+from ..function.calling import differentiable
+from ..shared.report import Problem
+from .calls import map_tensors
 
 #: How many distinct custom Functions of one break are checked (each check runs the
 #: Function a few times on its recorded arguments, bounded by ``check``'s own scaling).

@@ -15,10 +15,10 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ..graph_walks import reaches
+from ...graph_walks import reaches
+from ..shared.report import Problem
 from .calling import Call, describe, differentiable, flatten, quietly
 from .evidence import NON_FINITE_SECOND, Failed, Settings, wrong_second_derivatives
-from .report import Problem
 
 _ONCE_DIFFERENTIABLE_MESSAGE = "marked with @once_differentiable"
 _NO_GRAPH_MESSAGE = "does not require grad and does not have a grad_fn"

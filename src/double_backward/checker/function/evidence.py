@@ -12,7 +12,8 @@ Two kinds of check, for every order:
   backward's linearity in the incoming gradient, a finite second derivative, and the
   Hessian-vector product (and the mixed term, through the incoming gradient) against central
   differences of the gradient. The central differences choose their step per direction and
-  refuse a segment where a kink is crossed (:mod:`~double_backward.checker.finite_differences`);
+  refuse a segment where a kink is crossed
+(:mod:`~double_backward.checker.shared.finite_differences`);
   a direction no step decides is drawn again, and when none decides (and no Jacobian check
   ran) the check fails as "undecided": nothing seen is never a pass.
 
@@ -30,8 +31,8 @@ from typing import Any
 import torch
 from torch.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
 
+from ..shared.finite_differences import Difference, central_difference
 from .calling import Call, dot, norm, quietly
-from .finite_differences import Difference, central_difference
 
 FULL_MODE_UP_TO = 100  # elements of the differentiated inputs, all together
 JACOBIAN_ENTRIES = 1_000_000  # the largest Jacobian torch may build (8 MB in float64)

@@ -1,0 +1,1 @@
+"""Check one custom Function: :func:`~double_backward.check` and its command line."""

@@ -1,0 +1,1 @@
+"""What the two checkers share: the report, central differences and the fixes for built-ins."""

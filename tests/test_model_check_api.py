@@ -93,6 +93,95 @@ def test_bad_arguments_name_what_to_pass():
         check_model(lambda x: x / 0 if 1 / 0 else x, torch.randn(2))
 
 
+# -- token ids: the parameters by default, the embeddings on request ----------------------
+class Squares(nn.Module):
+    def __init__(self, square) -> None:
+        super().__init__()
+        self.square = square
+
+    def forward(self, x):
+        return self.square(x)
+
+
+class TinyLM(nn.Module):
+    """Token ids in, logits out: an nn.Embedding, a square, a head (no transformers)."""
+
+    def __init__(self, square=torch.square) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(10, 4)
+        self.mix = Squares(square)
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, ids):
+        return self.head(torch.tanh(self.mix(self.embed(ids))))
+
+
+IDS = torch.tensor([[1, 4, 2], [7, 3, 9]])
+
+
+def _after_the_embedding(model):
+    """The model from its embedding's output on, in float64: what gradgradcheck is given."""
+    model = model.double()
+    return lambda e: model.head(torch.tanh(model.mix(e)))
+
+
+def test_token_ids_alone_differentiate_the_parameters_and_the_report_says_so():
+    model = TinyLM()
+    # Plain torch: double backward through the parameters is right (gradgradcheck).
+    double = TinyLM().double()
+    names, values = zip(*[(n, p.detach().requires_grad_()) for n, p in
+                          double.named_parameters()], strict=True)  # fmt: skip
+
+    def of_parameters(*values):
+        return torch.func.functional_call(double, dict(zip(names, values, strict=True)),
+                                          (IDS,))  # fmt: skip
+
+    assert torch.autograd.gradgradcheck(of_parameters, values)
+    report = check_model(model, IDS)
+    text = " ".join(str(report).split())
+    assert report.ok, str(report)
+    assert report.wrt == "parameters" and "MAML" in report.penalty
+    assert "no input is floating point (int64 tensors: token ids?)" in text
+    assert "wrt='embeddings'" in text
+    assert "0 input(s), 3 parameter tensor(s)" in text  # embed, head's two
+
+
+def test_the_embeddings_on_request_are_the_embedding_output():
+    e = TinyLM().embed(IDS).detach().double().requires_grad_()
+    # Plain torch: the correct square passes gradgradcheck from the embedding's output on,
+    # the one that detaches in backward does not; it is applied in `mix`.
+    assert torch.autograd.gradgradcheck(_after_the_embedding(TinyLM()), e)
+    broken = TinyLM(SquareDetachesInBackward.apply)
+    assert not torch.autograd.gradgradcheck(
+        _after_the_embedding(TinyLM(SquareDetachesInBackward.apply)), e,
+        raise_exception=False,
+    )  # fmt: skip
+    report = check_model(TinyLM(), IDS, wrt="embeddings")
+    text = " ".join(str(report).split())
+    assert report.ok and report.wrt == "embeddings", str(report)
+    assert "1 output(s) of the input embedding (embed)" in text
+    assert "along the embeddings and parameters" in text
+    report = check_model(broken, IDS, wrt="embeddings")
+    found = [(b.module, b.kind) for b in report.breaks]
+    assert found == [("mix", "silent")], str(report)
+    assert broken.embed.weight.dtype == torch.float32  # the model itself is not changed
+
+
+def test_token_ids_give_clear_errors_naming_the_choices():
+    with pytest.raises(ValueError, match="wrt='inputs': no input is floating point "
+                       r"\(int64 tensors: token ids\?\); pass wrt='parameters'.*"
+                       "wrt='embeddings'"):  # fmt: skip
+        check_model(TinyLM(), IDS, wrt="inputs")
+    with pytest.raises(ValueError, match="wrt must be one of 'inputs', 'parameters', "
+                       "'both', 'embeddings' .*got 'embedding'"):  # fmt: skip
+        check_model(TinyLM(), IDS, wrt="embedding")
+    with pytest.raises(ValueError, match="wrt must be one of"):
+        check_model(TinyLM(), IDS, wrt=0)
+    with pytest.raises(ValueError, match=r"no input embedding .*\(inputs_embeds="):
+        check_model(small_mlp(), torch.randn(2, 3), wrt="embeddings")
+
+
 # -- keyword inputs and outputs ------------------------------------------------------------
 class Masked(nn.Module):
     """Keyword inputs, a float mask that must stay without grad, and a dict output."""

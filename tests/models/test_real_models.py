@@ -20,25 +20,26 @@ from . import truth
 from .zoo import CASES, Case, sn_critic
 
 
+def _run_penalty(case: Case, fn=None) -> None:
+    truth.penalty(fn or case.fn, case.inputs, case.kwargs, case.parameters, case.wrt,
+                  case.embeddings)  # fmt: skip
+
+
 def _plain_penalty(case: Case, fn=None) -> str | None:
-    return truth.raises(lambda: truth.penalty(fn or case.fn, case.inputs, case.kwargs,
-                                              case.parameters, case.wrt))  # fmt: skip
+    return truth.raises(lambda: _run_penalty(case, fn))
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_verdict_matches_plain_torch(name):
     case = CASES[name]()
     report = check_model(case.fn, *case.inputs, kwargs=case.kwargs, wrt=case.wrt)
+    _says_what_it_differentiated(case, report)
     error = _plain_penalty(case)
     if error is None:
         assert report.ok, str(report)  # no break, and not "could not decide"
         return
     expected = truth.raising_modules(
-        case.roots,
-        lambda: truth.penalty(
-            case.fn, case.inputs, case.kwargs, case.parameters, case.wrt
-        ),
-        truth.node_prefix(error),
+        case.roots, lambda: _run_penalty(case), truth.node_prefix(error)
     )
     assert expected, error
     assert sorted(b.module for b in report.breaks) == expected, str(report)
@@ -51,6 +52,21 @@ def test_verdict_matches_plain_torch(name):
         assert _plain_penalty(case, fn) is None
         after = check_model(fn, *case.inputs, kwargs=case.kwargs, wrt=case.wrt)
     assert after.ok, str(after)
+
+
+def _says_what_it_differentiated(case: Case, report) -> None:
+    """Token ids only: the parameters by default, said in the report; the embeddings on
+    request, each lookup of the table one tensor differentiated."""
+    floating = truth.floats((case.inputs, case.kwargs))
+    if case.wrt is None and not floating:
+        assert report.wrt == "parameters", str(report)
+        assert "no input is floating point" in str(report), str(report)
+    if case.wrt == "embeddings":
+        paths = {id(m): name for name, m in case.roots[""].named_modules()}
+        names = ", ".join(paths[id(m)] for m in case.embeddings)
+        assert report.wrt == "embeddings", str(report)
+        assert (f"{len(case.embeddings)} output(s) of the input embedding ({names})"
+                in " ".join(report.checked)), str(report)  # fmt: skip
 
 
 def test_old_spectral_norm_in_train_mode_is_a_silent_break_named_power_iteration():

@@ -32,10 +32,15 @@ def penalty(
     inputs: tuple,
     kwargs: dict,
     parameters: list[torch.Tensor],
-    wrt: str = "inputs",
+    wrt: str | None = "inputs",
+    embeddings: list[nn.Module] = (),
 ) -> None:
     """The gradient penalty a reader runs: R1 (``"inputs"``: the input gradient, then the
-    backward to inputs and parameters) or MAML (``"parameters"``); raises what torch raises."""
+    backward to inputs and parameters), MAML (``"parameters"``; ``None``: R1, or MAML when no
+    input is floating point, as check_model documents) or, on the embeddings
+    (``"embeddings"``), the gradient with respect to the outputs of ``embeddings`` (as
+    ``torch.autograd.grad`` takes a tensor inside the graph), then the backward to them and
+    the parameters; raises what torch raises."""
 
     def leaf(t: Any) -> Any:
         is_float = isinstance(t, torch.Tensor) and t.is_floating_point()
@@ -48,7 +53,19 @@ def penalty(
         for t in [*args, *kw.values()]
         if isinstance(t, torch.Tensor) and t.requires_grad
     ]
-    out = floats(fn(*args, **kw))
+    if wrt is None:
+        wrt = "inputs" if leaves else "parameters"
+    captured: list[torch.Tensor] = []
+    handles = [m.register_forward_hook(lambda m, a, out: captured.append(out))
+               for m in (embeddings if wrt == "embeddings" else ())]  # fmt: skip
+    try:
+        out = floats(fn(*args, **kw))
+    finally:
+        for handle in handles:
+            handle.remove()
+    if wrt == "embeddings":
+        assert captured, "the embedding was not called"
+        leaves, wrt = captured, "inputs"
     torch.manual_seed(1)
     loss = sum(
         (torch.randn(t.shape, dtype=t.dtype) * t).sum() for t in out if t.requires_grad

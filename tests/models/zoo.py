@@ -38,6 +38,8 @@ class Case:
     fixed_fn: Callable[..., Any] | None = (
         None  # the model with the fix, if not a context
     )
+    # wrt="embeddings": the modules whose outputs are differentiated
+    embeddings: list[nn.Module] = dataclasses.field(default_factory=list)
 
     @property
     def parameters(self) -> list[torch.Tensor]:
@@ -293,6 +295,145 @@ def bert_sdpa_with_attention_mask():
         fixed=math_attention,
         kwargs={"inputs_embeds": torch.randn(1, 5, 16), "attention_mask": mask},
     )
+
+
+# -- transformers text models given token ids ---------------------------------------------
+# Called as users call them: model(input_ids), with an attention mask, with use_cache=True,
+# labels. wrt=None: check_model's default, the parameters (no input is floating point);
+# wrt="embeddings": the input embedding's outputs, the modules named here by hand. Built in
+# train mode (as a constructor leaves them) or eval (as from_pretrained does): on the CPU,
+# SDPA runs its math kernel under dropout (BERT, GPT-2, T5 in train mode) and its flash
+# kernel otherwise, whose backward has no derivative.
+IDS = torch.tensor([[1, 5, 7, 3, 2], [4, 9, 2, 6, 8]])
+MASK = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+TARGET_IDS = torch.tensor([[0, 3, 1], [0, 8, 4]])  # T5's decoder inputs, or labels
+
+
+def _text_case(model: nn.Module, breaks: bool, embeddings: list[nn.Module] | None = None,
+               **kwargs: Any) -> Case:  # fmt: skip
+    return Case(model, (IDS,), {"": model}, kwargs=kwargs,
+                wrt="embeddings" if embeddings else None, embeddings=embeddings or [],
+                fix="SDPBackend.MATH" if breaks else "",
+                fixed=math_attention if breaks else None)  # fmt: skip
+
+
+def _bert_1(impl: str) -> nn.Module:
+    torch.manual_seed(0)
+    return tf.BertModel(tf.BertConfig(
+        vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=16, attn_implementation=impl,
+    ))  # fmt: skip
+
+
+def _gpt2_lm(impl: str) -> nn.Module:
+    torch.manual_seed(0)
+    return tf.GPT2LMHeadModel(tf.GPT2Config(
+        vocab_size=32, n_embd=16, n_layer=1, n_head=2, n_positions=16, bos_token_id=0,
+        eos_token_id=0, attn_implementation=impl,
+    ))  # fmt: skip
+
+
+def _llama_lm(impl: str) -> nn.Module:
+    torch.manual_seed(0)
+    return tf.LlamaForCausalLM(tf.LlamaConfig(
+        vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=16,
+        attn_implementation=impl,
+    ))  # fmt: skip
+
+
+def _t5_seq2seq(impl: str) -> nn.Module:
+    torch.manual_seed(0)
+    return tf.T5ForConditionalGeneration(tf.T5Config(
+        vocab_size=32, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2,
+        decoder_start_token_id=0, attn_implementation=impl,
+    ))  # fmt: skip
+
+
+@case
+def bert_ids_eager_eval_attention_mask():
+    return _text_case(_bert_1("eager").eval(), False, attention_mask=MASK)
+
+
+@case
+def bert_ids_sdpa_train():
+    return _text_case(_bert_1("sdpa").train(), False)
+
+
+@case
+def bert_ids_sdpa_eval_attention_mask():
+    return _text_case(_bert_1("sdpa").eval(), True, attention_mask=MASK)
+
+
+@case
+def bert_embeddings_sdpa_eval():
+    model = _bert_1("sdpa").eval()
+    return _text_case(model, True, [model.embeddings.word_embeddings])
+
+
+@case
+def bert_embeddings_eager_train():
+    model = _bert_1("eager").train()
+    return _text_case(model, False, [model.embeddings.word_embeddings],
+                      attention_mask=MASK)  # fmt: skip
+
+
+@case
+def gpt2_ids_eager_eval_labels():
+    return _text_case(_gpt2_lm("eager").eval(), False, labels=IDS)
+
+
+@case
+def gpt2_ids_sdpa_eval_use_cache():
+    return _text_case(_gpt2_lm("sdpa").eval(), True, use_cache=True)
+
+
+@case
+def gpt2_embeddings_eager_eval_use_cache():
+    model = _gpt2_lm("eager").eval()
+    return _text_case(model, False, [model.transformer.wte], use_cache=True)
+
+
+@case
+def llama_ids_eager_eval_use_cache():
+    return _text_case(_llama_lm("eager").eval(), False, attention_mask=MASK,
+                      use_cache=True)  # fmt: skip
+
+
+@case
+def llama_ids_sdpa_train_use_cache():
+    return _text_case(_llama_lm("sdpa").train(), True, use_cache=True)
+
+
+@case
+def llama_embeddings_sdpa_eval_attention_mask():
+    model = _llama_lm("sdpa").eval()
+    return _text_case(model, True, [model.model.embed_tokens], attention_mask=MASK)
+
+
+@case
+def t5_ids_eager_eval():
+    return _text_case(_t5_seq2seq("eager").eval(), False, decoder_input_ids=TARGET_IDS)
+
+
+@case
+def t5_ids_sdpa_eval_labels():
+    return _text_case(_t5_seq2seq("sdpa").eval(), True, labels=TARGET_IDS)
+
+
+@case
+def t5_embeddings_sdpa_eval():
+    # T5's encoder and decoder look up the shared table through modules of their own.
+    model = _t5_seq2seq("sdpa").eval()
+    return _text_case(model, True, [model.encoder.embed_tokens, model.decoder.embed_tokens],
+                      decoder_input_ids=TARGET_IDS)  # fmt: skip
+
+
+@case
+def t5_embeddings_eager_train():
+    model = _t5_seq2seq("eager").train()
+    return _text_case(model, False, [model.encoder.embed_tokens, model.decoder.embed_tokens],
+                      decoder_input_ids=TARGET_IDS)  # fmt: skip
 
 
 # -- torch.nn ---------------------------------------------------------------------------

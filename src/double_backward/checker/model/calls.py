@@ -12,6 +12,8 @@
   (``softmax(dtype=torch.float32)``, ``.to(torch.float32)``, ``.float()``) are widened, and
   any float32 output that remains is counted (a float32 island).
 - :func:`closed_modules` finds the ``nn.Module``\\ s a callable closes over.
+- :func:`input_embeddings` finds a model's input embedding, and :class:`EmbeddingOutput`
+  adds a zero leaf to each of its outputs: what ``wrt="embeddings"`` differentiates.
 """
 
 from __future__ import annotations
@@ -283,6 +285,104 @@ class Cast:
             module._buffers.update(buffers)
 
 
+# -- the input embedding (wrt="embeddings") -------------------------------------------
+def input_embeddings(model: Any) -> list[tuple[str, nn.Module]]:
+    """The modules whose outputs ``wrt="embeddings"`` differentiates, by dotted path: the
+    model's ``get_input_embeddings()`` (of the first module a callable closes over that has
+    one), else its first ``nn.Embedding`` in ``named_modules()`` order; with every other
+    ``nn.Embedding`` that looks up the same table (T5's ``encoder.embed_tokens`` and
+    ``decoder.embed_tokens`` share ``shared.weight``). Empty when there is none."""
+    modules = named_modules(model)
+    roots = (
+        [model] if isinstance(model, nn.Module) else [*closed_modules(model).values()]
+    )
+    chosen: nn.Module | None = None
+    for root in roots:
+        getter = getattr(root, "get_input_embeddings", None)
+        if not callable(getter):
+            continue
+        try:
+            found = getter()
+        except (NotImplementedError, AttributeError):  # a base class without one
+            continue
+        if isinstance(found, nn.Module):
+            chosen = found
+            break
+    if chosen is None:
+        chosen = next((m for _, m in modules if isinstance(m, nn.Embedding)), None)
+    if chosen is None:
+        return []
+    table = getattr(chosen, "weight", None)
+    return [
+        (name, module) for name, module in modules
+        if module is chosen
+        or (isinstance(table, torch.Tensor) and isinstance(module, nn.Embedding)
+            and module.weight is table)
+    ]  # fmt: skip
+
+
+class EmbeddingOutput:
+    """Forward hooks adding a zero leaf to each floating output of ``modules``, by call order,
+    inside :meth:`calling` only (a submodule checked alone gets its embeddings unchanged: the
+    leaves are zero there).
+
+    The first call, inside :meth:`probing`, makes the leaves: zeros of each output's shape and
+    dtype, and ``scales``, each output's mean absolute value (the size finite differences
+    move the leaf by). :meth:`remove` takes the hooks off."""
+
+    def __init__(self, modules: list[tuple[str, nn.Module]]) -> None:
+        self.leaves: list[torch.Tensor] = []
+        self.scales: dict[int, float] = {}
+        self.called: list[str] = []  # the modules' names, in the probing call's order
+        self._active = self._probing = False
+        self._count = 0
+        self._handles = [
+            module.register_forward_hook(functools.partial(self._hook, name))
+            for name, module in modules
+        ]
+
+    def _hook(self, name: str, module: nn.Module, args: tuple, output: Any) -> Any:
+        if not self._active or not (
+            isinstance(output, torch.Tensor) and output.is_floating_point()
+        ):
+            return None
+        index, self._count = self._count, self._count + 1
+        if self._probing:
+            if name not in self.called:
+                self.called.append(name)
+            leaf = torch.zeros_like(output, memory_format=torch.contiguous_format)
+            self.leaves.append(leaf.requires_grad_())
+            size = float(output.detach().abs().mean()) if output.numel() else 0.0
+            self.scales[id(leaf)] = size if size > 0 else 1.0
+        if index >= len(self.leaves) or self.leaves[index].shape != output.shape:
+            raise RuntimeError(
+                "the input embedding was called differently than in the first call "
+                f"(call {index + 1}, output shape {tuple(output.shape)})"
+            )
+        return output + self.leaves[index]
+
+    @contextlib.contextmanager
+    def calling(self) -> Iterator[None]:
+        self._active, self._count = True, 0
+        try:
+            yield
+        finally:
+            self._active = False
+
+    @contextlib.contextmanager
+    def probing(self) -> Iterator[None]:
+        self.leaves, self.scales, self.called, self._probing = [], {}, [], True
+        try:
+            with self.calling():
+                yield
+        finally:
+            self._probing = False
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
 # -- float64 throughout ----------------------------------------------------------------
 class Widen(TorchFunctionMode):
     """Within a float64 check: casts to float32/16 made by the model are made to float64
@@ -333,8 +433,9 @@ def describe_counts(counter: dict[str, int]) -> str:
 
 
 __all__ = [
-    "Call", "Cast", "State", "Widen", "closed_modules", "describe_counts", "map_tensors",
-    "fresh", "named_modules", "recording", "snapshot", "tensors",
+    "Call", "Cast", "EmbeddingOutput", "State", "Widen", "closed_modules", "describe_counts",
+    "fresh", "input_embeddings", "map_tensors", "named_modules", "recording", "snapshot",
+    "tensors",
 ]  # fmt: skip
 
 

@@ -6,11 +6,15 @@
 :func:`~double_backward.check_model` runs the gradient penalty a reader runs, on a copy of the
 model (``wrt`` chooses which; the report names it):
 
-- ``wrt="inputs"`` (the default): R1 and WGAN-GP: the gradient of the output with respect to
-  the inputs with ``create_graph=True``, its squared norm, then the backward to the inputs
-  and the parameters;
-- ``wrt="parameters"``: MAML: the same with respect to the parameters;
-- ``wrt="both"``.
+- ``wrt="inputs"`` (the default when an input is floating point): R1 and WGAN-GP: the
+  gradient of the output with respect to the inputs with ``create_graph=True``, its squared
+  norm, then the backward to the inputs and the parameters;
+- ``wrt="parameters"`` (the default when none is: token ids): MAML, and the
+  Hessian-vector products of second-order optimizers and influence functions: the same with
+  respect to the parameters;
+- ``wrt="both"``;
+- ``wrt="embeddings"``: a penalty or adversarial step on the embeddings of a text model
+  given token ids: the same with respect to the output of its input embedding.
 
 An error there is a break of kind ``"raises"``. Then, in float64 (a float64 copy of the
 model; casts the model makes to float32 are widened to float64, and float32 computations that
@@ -48,11 +52,14 @@ from ..shared.fixes import BUILTINS_PAGE, BUILTINS_TABLE, fix_for
 from ..shared.fixes import FIXES as _FIXES
 from .calls import (
     Cast,
+    EmbeddingOutput,
     State,
     closed_modules,
     closed_tensors,
     describe_counts,
+    input_embeddings,
     map_tensors,
+    named_modules,
     recording,
     tensors,
 )
@@ -86,9 +93,11 @@ def _validate(model: Any, kwargs: Any, wrt: Any, parameters: Any) -> None:
             "check_model: 'model' must be an nn.Module or a callable, got "
             f"{type(model).__name__}"
         )
-    if wrt not in WRT:
+    if wrt is not None and (not isinstance(wrt, str) or wrt not in WRT):
         raise ValueError(
-            f"check_model: wrt must be one of {', '.join(map(repr, WRT))}, got {wrt!r}"
+            f"check_model: wrt must be one of {', '.join(map(repr, WRT))} (or None, the "
+            "default: 'inputs', or 'parameters' when no input is floating point), "
+            f"got {wrt!r}"
         )
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise TypeError(
@@ -112,6 +121,7 @@ class _Copy:
     def __init__(self, model: Any, modules: dict[str, nn.Module],
                  loose: list[torch.Tensor], dtype: torch.dtype | None) -> None:  # fmt: skip
         self.cast: Cast | None = None
+        self.hooks: list[EmbeddingOutput] = []  # wrt="embeddings": taken off by undo()
         if isinstance(model, nn.Module):
             copied = _deepcopy(model)
             self.fn: Callable[..., Any] = (
@@ -137,6 +147,8 @@ class _Copy:
         ]
 
     def undo(self) -> None:
+        for hooks in self.hooks:
+            hooks.remove()
         if self.cast is not None:
             self.cast.undo()
         if hasattr(
@@ -162,7 +174,7 @@ def check_model(
     model: Callable[..., Any],
     *inputs: Any,
     kwargs: Mapping[str, Any] | None = None,
-    wrt: str = "inputs",
+    wrt: str | None = None,
     parameters: Sequence[torch.Tensor] | None = None,
 ) -> ModelReport:
     """Check that a gradient penalty works through ``model(*inputs, **kwargs)``, and where it
@@ -174,7 +186,17 @@ def check_model(
     and the buffers are passed as they are, and listed as skipped. The parameters are the
     model's, those of the ``nn.Module``\\ s a callable closes over (its closure cells,
     defaults, globals, bound ``self``), or ``parameters``. ``wrt`` chooses the penalty:
-    ``"inputs"`` (R1, WGAN-GP: the default), ``"parameters"`` (MAML) or ``"both"``. An
+    ``"inputs"`` (R1, WGAN-GP), ``"parameters"`` (MAML, Hessian-vector products),
+    ``"both"``, or ``"embeddings"``. By default (``None``) it is ``"inputs"``, or
+    ``"parameters"`` when no input is floating point (a text model given token ids), and the
+    report says so.
+
+    ``wrt="embeddings"`` differentiates the output of the model's input embedding: its
+    ``get_input_embeddings()`` (transformers), else its first ``nn.Embedding``, with every
+    ``nn.Embedding`` sharing that table (T5's encoder and decoder lookups); each call's output
+    gets a zero leaf added, the gradient is taken with respect to those leaves, and the
+    backward reaches them and the parameters (through the lookup to the table too), as a
+    penalty or an adversarial step on ``get_input_embeddings()(input_ids)`` does. An
     ``nn.Module`` is not changed (the checks run on copies); a callable's modules are cast in
     place for the float64 check and put back exactly.
     """
@@ -182,6 +204,17 @@ def check_model(
     if wrapped is not None:  # a DDP/FSDP wrapper: its question is check_distributed's
         raise TypeError(f"check_model: {wrapped}")
     _validate(model, kwargs, wrt, parameters)
+    given = [t for t in tensors((inputs, kwargs or {})) if t.is_floating_point()]
+    if wrt is None:
+        wrt = "inputs" if given else "parameters"
+    elif wrt == "inputs" and not given:
+        raise ValueError(
+            "check_model: nothing to differentiate with wrt='inputs': no input is floating "
+            f"point ({_dtypes(inputs, kwargs)}: token ids?); pass wrt='parameters' (the "
+            "default then: MAML, Hessian-vector products) or wrt='embeddings' (the output "
+            "of the model's input embedding: a penalty or adversarial step on the "
+            "embeddings)"
+        )
     try:
         return _check_model(model, inputs, dict(kwargs or {}), wrt, parameters)
     except NotDifferentiable as error:  # found late, while locating: the user's error
@@ -201,23 +234,48 @@ def _check_model(
     owned = {id(p) for m in modules.values() for p in [*m.parameters(), *m.buffers()]}
     closed = {name: t for name, t in closed.items() if id(t) not in owned}
     loose += [t for t in closed.values() if all(t is not p for p in loose)]
-    report = ModelReport(_model_name(model), penalty=PENALTIES[wrt])
+    report = ModelReport(_model_name(model), penalty=PENALTIES[wrt], wrt=wrt)
     given = tensors((inputs, kwargs))
     floats = [t for t in given if t.is_floating_point()]
     chosen = [t for t in floats if t.requires_grad] or floats
-    _note_skipped(report, model, modules, closed, given, chosen, inputs, loose)
+    if wrt == "embeddings":  # the embedding's outputs are differentiated, not these
+        chosen = []
+    embedding = None
+    if wrt == "embeddings":
+        embedding = [name for name, _ in input_embeddings(model)]
+        if not embedding:
+            raise ValueError(
+                "check_model: wrt='embeddings': the model has no input embedding (no "
+                "get_input_embeddings() and no nn.Embedding among its submodules"
+                + ("" if isinstance(model, nn.Module) else
+                   " or those of the modules the callable closes over")
+                + "); pass the embeddings as a floating-point input (inputs_embeds=...) "
+                "and wrt='inputs'"
+            )  # fmt: skip
+    elif wrt == "parameters" and not floats:
+        report.checked.append(
+            f"no input is floating point ({_dtypes(inputs, kwargs)}: token ids?): the "
+            "penalty is taken with respect to the parameters (wrt='parameters'); "
+            "wrt='embeddings' takes it with respect to the output of the input embedding"
+        )
+    _note_skipped(report, model, modules, closed, given, chosen, inputs, loose, wrt)
     device = (given or [p for m in modules.values() for p in m.parameters()] or
               (list(model.parameters()) if isinstance(model, nn.Module) else []) or
               [torch.empty(0, device="cpu")])[0].device  # fmt: skip
 
     # In the model's own dtypes, where the kernels it trains with are chosen.
     outcome, target = _run(
-        model, modules, loose, inputs, kwargs, chosen, wrt, device, report, wide=False
-    )
+        model, modules, loose, inputs, kwargs, chosen, wrt, device, report, embedding,
+        wide=False,
+    )  # fmt: skip
+    what = (
+        f"{len(target.inputs)} input(s)" if embedding is None else
+        f"{len(target.inputs)} output(s) of the input embedding "
+        f"({', '.join(target.embedded)})"
+    )  # fmt: skip
     report.checked.append(
         f"the penalty with respect to {_count(target.first, 'tensor')} "
-        f"({len(target.inputs)} input(s), {len(target.parameters)} parameter tensor(s)), "
-        "in the model's dtypes"
+        f"({what}, {len(target.parameters)} parameter tensor(s)), in the model's dtypes"
     )
     second = False
     if outcome.kind is None:
@@ -232,6 +290,7 @@ def _check_model(
             wrt,
             device,
             report,
+            embedding,
             wide=True,
         )
         second = True
@@ -242,12 +301,10 @@ def _check_model(
         return report
     copied = _Copy(model, modules, loose, torch.float64 if second else None)
     try:
+        whole = _target(copied, *_leaves(inputs, kwargs, chosen, torch.float64
+                                         if second else None),
+                        wrt, device, second, embedding)  # fmt: skip
         with recording(copied.fn) as calls:
-            whole = Target(copied.fn, *_leaves(inputs, kwargs, chosen, torch.float64
-                                                if second else None),
-                           parameters=copied.parameters, wrt=wrt,
-                           state=State(copied.modules), device=device,
-                           widen=second)  # fmt: skip
             whole.outputs()
         dtype = torch.float32 if whole.widen and whole.widen.islands else torch.float64
 
@@ -259,7 +316,7 @@ def _check_model(
                 if p.requires_grad and p.is_floating_point()
             ]
             return Target(
-                module, args, kw, leaves, own, wrt, whole.state, device, second,
+                module, args, kw, leaves, own, whole.wrt, whole.state, device, second,
                 squared=True,
             )  # fmt: skip
 
@@ -290,16 +347,46 @@ def _leaves(inputs: tuple, kwargs: dict, chosen: list[torch.Tensor],
     return tuple(args), kw, leaves
 
 
-def _run(model, modules, loose, inputs, kwargs, chosen, wrt, device, report, *, wide
-         ) -> tuple[Outcome, Target]:  # fmt: skip
+def _target(copied: _Copy, args: tuple, kw: dict, leaves: list[torch.Tensor], wrt: str,
+            device: torch.device, widen: bool, embedding: list[str] | None) -> Target:  # fmt: skip
+    """The whole model's :class:`Target`; for ``wrt="embeddings"``, with a zero leaf added to
+    each output of the input embedding (made by one probing call), run as ``"inputs"``."""
+    state = State(copied.modules)
+    if embedding is None:
+        return Target(copied.fn, args, kw, leaves, copied.parameters, wrt, state, device,
+                      widen=widen)  # fmt: skip
+    by_name = dict(named_modules(copied.fn))
+    hooks = EmbeddingOutput([(name, by_name[name]) for name in embedding])
+    copied.hooks.append(hooks)
+    Target(copied.fn, args, kw, [], copied.parameters, "inputs", state, device,
+           widen=widen, context=hooks.probing).outputs()  # fmt: skip
+    if not hooks.leaves:
+        raise NotDifferentiable(
+            f"wrt='embeddings': the input embedding ({', '.join(embedding)}) returned no "
+            "floating-point tensor in the call (is it called?)"
+        )
+    target = Target(copied.fn, args, kw, hooks.leaves, copied.parameters, "inputs", state,
+                    device, widen=widen, context=hooks.calling,
+                    scales=hooks.scales)  # fmt: skip
+    target.inputs_name = "the embeddings"
+    target.embedded = hooks.called
+    return target
+
+
+def _run(model, modules, loose, inputs, kwargs, chosen, wrt, device, report, embedding,
+         *, wide) -> tuple[Outcome, Target]:  # fmt: skip
     """One pass: the penalty, and in float64 (``wide``) the second-derivative comparison."""
     copied = _Copy(model, modules, loose, torch.float64 if wide else None)
     try:
         args, kw, leaves = _leaves(
             inputs, kwargs, chosen, torch.float64 if wide else None
         )
-        target = Target(copied.fn, args, kw, leaves, copied.parameters, wrt,
-                        State(copied.modules), device, widen=wide)  # fmt: skip
+        try:
+            target = _target(copied, args, kw, leaves, wrt, device, wide, embedding)
+        except NotDifferentiable as error:
+            raise ValueError(
+                f"check_model: {error}{_what_to_pass(model, wrt)}"
+            ) from error
         if not target.first:
             raise ValueError(
                 "check_model: nothing to differentiate: "
@@ -307,6 +394,9 @@ def _run(model, modules, loose, inputs, kwargs, chosen, wrt, device, report, *, 
                    "no parameter that requires grad" if wrt == "parameters" else
                    "no floating-point input and no parameter that requires grad")
                 + _what_to_pass(model, wrt)
+                + ("; wrt='embeddings' differentiates the output of the model's input "
+                   "embedding" if wrt != "embeddings" and not _any_floating(inputs, kwargs)
+                   else "")
             )  # fmt: skip
         try:
             outcome = check(target, second=False, dtype=torch.float64)
@@ -341,8 +431,19 @@ def _run(model, modules, loose, inputs, kwargs, chosen, wrt, device, report, *, 
     return outcome, target
 
 
+def _any_floating(inputs: tuple, kwargs: dict) -> bool:
+    return any(t.is_floating_point() for t in tensors((inputs, kwargs)))
+
+
+def _dtypes(inputs: tuple, kwargs: Mapping[str, Any] | None) -> str:
+    """``int64 tensors`` or ``no tensor``: what was passed."""
+    found = sorted({str(t.dtype).removeprefix("torch.")
+                    for t in tensors((inputs, dict(kwargs or {})))})  # fmt: skip
+    return f"{', '.join(found)} tensors" if found else "no tensor"
+
+
 def _what_to_pass(model: Any, wrt: str) -> str:
-    if isinstance(model, nn.Module) or wrt == "inputs":
+    if isinstance(model, nn.Module) or wrt in ("inputs", "embeddings"):
         return ""
     return (
         "; a callable's parameters are those of the nn.Modules it closes over: pass them "
@@ -369,7 +470,8 @@ def _note_precision(report: ModelReport, target: Target, dtype: torch.dtype) -> 
         report.checked.append("in float64 throughout")
 
 
-def _note_skipped(report, model, modules, closed, given, chosen, inputs, loose) -> None:
+def _note_skipped(report, model, modules, closed, given, chosen, inputs, loose, wrt
+                  ) -> None:  # fmt: skip
     others = [t for t in given if not t.is_floating_point()]
     if others:
         report.skipped.append(
@@ -379,7 +481,12 @@ def _note_skipped(report, model, modules, closed, given, chosen, inputs, loose) 
     kept = [
         t for t in given if t.is_floating_point() and all(t is not c for c in chosen)
     ]
-    if kept:
+    if kept and wrt == "embeddings":
+        report.skipped.append(
+            f"{len(kept)} floating-point input(s), passed as they are (wrt='embeddings' "
+            "differentiates the input embedding's output)"
+        )
+    elif kept:
         report.skipped.append(
             f"{len(kept)} floating-point input(s) that do not require grad, while others "
             "do: passed as they are"

@@ -8,7 +8,12 @@ leaves it is differentiated by. ``wrt`` says which penalty runs:
   (``create_graph=True``), its squared norm, then the backward to the inputs and parameters;
 - ``"parameters"``: what MAML runs: the gradient with respect to the parameters, then the
   backward to the parameters;
-- ``"both"``: the gradient with respect to both, then the backward to both.
+- ``"both"``: the gradient with respect to both, then the backward to both;
+- ``"embeddings"``: a penalty or adversarial step on the embeddings: the gradient with
+  respect to the output of the model's input embedding (a zero leaf added to each of its
+  outputs, :class:`~double_backward.checker.model.calls.EmbeddingOutput`), its squared norm,
+  then the backward to it and the parameters (through the lookup to the embedding table
+  too). A :class:`Target` runs it as ``"inputs"`` with those leaves as its inputs.
 
 :func:`penalty` runs it (an error is a break of kind ``"raises"``). :func:`second_derivative`
 compares ``uᵀ J v`` (``J`` the derivative of that gradient with respect to the leaves the
@@ -21,6 +26,7 @@ the outcome says so: never a pass.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -31,7 +37,7 @@ from ..shared.finite_differences import TOLERANCE, central_difference
 from .calls import State, Widen, fresh, tensors
 
 #: What a penalty differentiates (first) and what its backward reaches (second), by ``wrt``.
-WRT = ("inputs", "parameters", "both")
+WRT = ("inputs", "parameters", "both", "embeddings")
 PENALTIES = {
     "inputs": "R1 / WGAN-GP: the gradient with respect to the inputs (create_graph=True), "
     "its squared norm, then the backward to the inputs and the parameters",
@@ -39,6 +45,9 @@ PENALTIES = {
     "its squared norm, then the backward to the parameters",
     "both": "the gradient with respect to the inputs and the parameters "
     "(create_graph=True), its squared norm, then the backward to both",
+    "embeddings": "on the embeddings: the gradient with respect to the output of the "
+    "model's input embedding (create_graph=True), its squared norm, then the backward to "
+    "it and the parameters",
 }
 #: The steps tried in float64, relative to each leaf's size: finite differences' own sweep
 #: carried on to 1e-10, since a whole model can be far more curved than one op (BatchNorm
@@ -69,6 +78,8 @@ class Target:
         device: torch.device,
         widen: bool = False,
         squared: bool = False,
+        context: Callable[[], contextlib.AbstractContextManager] | None = None,
+        scales: dict[int, float] | None = None,
     ) -> None:
         self.fn, self.args, self.kwargs = fn, args, kwargs
         self.inputs, self.parameters, self.wrt = inputs, parameters, wrt
@@ -83,6 +94,14 @@ class Target:
         # is differentiated as after the nonlinear layers that follow it in the model (a
         # linear op's backward is otherwise never differentiated with respect to its input).
         self.squared = squared
+        # Entered around every call (the hooks that add the embeddings' leaves), and the
+        # size of a leaf whose own values do not say it (a zero leaf added to embeddings).
+        self.context = context or contextlib.nullcontext
+        self.scales = scales or {}
+        # What the report calls ``inputs`` (the directions finite differences move along).
+        self.inputs_name = "the inputs"
+        # wrt="embeddings": the modules whose outputs the inputs are added to.
+        self.embedded: list[str] = []
 
     def outputs(self) -> list[torch.Tensor]:
         """The floating outputs that require grad, from one call."""
@@ -90,11 +109,12 @@ class Target:
         with torch.random.fork_rng(devices=_rng_devices(self.device)):
             torch.manual_seed(0)
             try:
-                if self.widen is not None:
-                    with self.widen:
+                with self.context():
+                    if self.widen is not None:
+                        with self.widen:
+                            out = self.fn(*fresh(self.args), **fresh(self.kwargs))
+                    else:
                         out = self.fn(*fresh(self.args), **fresh(self.kwargs))
-                else:
-                    out = self.fn(*fresh(self.args), **fresh(self.kwargs))
             except Exception as error:  # noqa: BLE001 - the forward failing is not a break
                 raise NotDifferentiable(
                     f"calling the model raised {first_line(error)}"
@@ -189,13 +209,14 @@ def _directions(target: Target) -> list[tuple[str, list[bool], int]]:
     direction that moves it), then all of them again."""
     inputs = {id(t) for t in target.inputs}
     is_input = [id(t) in inputs for t in target.second]
-    candidates = [("the inputs and parameters", [True] * len(is_input), 2)]
+    both = f"{target.inputs_name} and parameters"
+    candidates = [(both, [True] * len(is_input), 2)]
     if any(is_input) and not all(is_input):
         candidates += [
-            ("the inputs alone", is_input, 3),
+            (f"{target.inputs_name} alone", is_input, 3),
             ("the parameters alone", [not i for i in is_input], 4),
         ]
-    candidates.append(("the inputs and parameters", [True] * len(is_input), 5))
+    candidates.append((both, [True] * len(is_input), 5))
     return candidates
 
 
@@ -211,7 +232,9 @@ def second_derivative(target: Target, dtype: torch.dtype) -> Outcome:
         generator = torch.Generator(device="cpu").manual_seed(seed)
         u = [_signs(g, generator, target.device) for g in target.first]
         v = [
-            _signs(leaf, generator, target.device) * _scale(leaf) * float(move)
+            _signs(leaf, generator, target.device)
+            * target.scales.get(id(leaf), _scale(leaf))
+            * float(move)
             for leaf, move in zip(target.second, moving, strict=True)
         ]
         grads = target.gradient(create_graph=True)

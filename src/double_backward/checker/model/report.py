@@ -52,7 +52,9 @@ class Break:
 class ModelReport:
     """What :func:`~double_backward.check_model` found: ``breaks`` (empty when all is well).
 
-    ``penalty`` names the gradient penalty that was run; ``checked`` says what was compared,
+    ``penalty`` names the gradient penalty that was run, ``wrt`` the option that chose it
+    (the default resolved: ``"parameters"`` when no input is floating point, and ``checked``
+    says so); ``checked`` says what was compared,
     ``skipped`` what was not differentiated. ``undecided`` is set (why, and what to try) when
     no break was seen but finite differences could not decide at these inputs: that is not a
     pass, and :attr:`ok` is False.
@@ -64,6 +66,7 @@ class ModelReport:
     skipped: list[str] = dataclasses.field(default_factory=list)
     penalty: str = ""
     undecided: str = ""
+    wrt: str = ""
 
     @property
     def ok(self) -> bool:

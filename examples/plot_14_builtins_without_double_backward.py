@@ -97,7 +97,8 @@ except RuntimeError as error:
 # -------------------------------
 # :func:`double_backward.check_model` runs R1's penalty by default (``wrt="inputs"``: the
 # gradient with respect to the input with ``create_graph=True``, its squared norm, then the
-# backward to the input and the parameters; ``wrt="parameters"`` runs MAML's), on a copy of
+# backward to the input and the parameters; ``wrt="parameters"`` runs MAML's, the default for
+# token ids, and ``wrt="embeddings"`` differentiates a text model's embeddings), on a copy of
 # the model, with a random weighting of the outputs. The report names the penalty it ran. An
 # error there is a break; to say where, it checks each submodule alone on the arguments it
 # was called with (buffers restored, the same random numbers, masks and caches as they were)

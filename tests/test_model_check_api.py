@@ -166,6 +166,11 @@ def test_the_embeddings_on_request_are_the_embedding_output():
     found = [(b.module, b.kind) for b in report.breaks]
     assert found == [("mix", "silent")], str(report)
     assert broken.embed.weight.dtype == torch.float32  # the model itself is not changed
+    # A callable over the model: its modules are hooked and cast in place, and put back.
+    model = TinyLM()
+    report = check_model(lambda ids: model(ids), IDS, wrt="embeddings")
+    assert report.ok and "(model.embed)" in " ".join(report.checked), str(report)
+    assert not model.embed._forward_hooks and model.embed.weight.dtype == torch.float32
 
 
 def test_token_ids_give_clear_errors_naming_the_choices():
@@ -180,6 +185,10 @@ def test_token_ids_give_clear_errors_naming_the_choices():
         check_model(TinyLM(), IDS, wrt=0)
     with pytest.raises(ValueError, match=r"no input embedding .*\(inputs_embeds="):
         check_model(small_mlp(), torch.randn(2, 3), wrt="embeddings")
+    unused = TinyLM()
+    with pytest.raises(ValueError, match=r"\(unused.embed\) returned no float"):
+        check_model(lambda x: unused.head(x), torch.randn(2, 4), wrt="embeddings")
+    assert not unused.embed._forward_hooks  # taken off
 
 
 # -- keyword inputs and outputs ------------------------------------------------------------

@@ -173,6 +173,33 @@ def test_the_embeddings_on_request_are_the_embedding_output():
     assert not model.embed._forward_hooks and model.embed.weight.dtype == torch.float32
 
 
+class PositionsFirst(nn.Module):
+    """A position embedding registered before the token embedding."""
+
+    def __init__(self, says: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.positions, self.tokens = nn.Embedding(3, 4), nn.Embedding(10, 4)
+        self.head, self.says, self.calls = nn.Linear(4, 2), says, 0
+
+    def get_input_embeddings(self):
+        if not self.says:  # as transformers' base class without a base model
+            raise NotImplementedError
+        return self.tokens
+
+    def forward(self, ids):
+        self.calls += 1
+        hidden = self.tokens(ids) + self.positions(torch.arange(ids.shape[1]))
+        return self.head(torch.tanh(hidden))
+
+
+@pytest.mark.parametrize(("says", "chosen"), [(True, "tokens"), (False, "positions")])
+def test_the_input_embedding_is_get_input_embeddings_else_the_first_one(says, chosen):
+    report = check_model(PositionsFirst(says), IDS, wrt="embeddings")
+    assert report.ok, str(report)
+    assert f"1 output(s) of the input embedding ({chosen})" in " ".join(report.checked)
+
+
 def test_token_ids_give_clear_errors_naming_the_choices():
     with pytest.raises(ValueError, match="wrt='inputs': no input is floating point "
                        r"\(int64 tensors: token ids\?\); pass wrt='parameters'.*"
@@ -189,6 +216,14 @@ def test_token_ids_give_clear_errors_naming_the_choices():
     with pytest.raises(ValueError, match=r"\(unused.embed\) returned no float"):
         check_model(lambda x: unused.head(x), torch.randn(2, 4), wrt="embeddings")
     assert not unused.embed._forward_hooks  # taken off
+
+    class Varies(PositionsFirst):  # looks its tokens up again after the first call
+        def forward(self, ids):
+            again = self.tokens(ids)[..., :2] if self.calls > 1 else 0
+            return super().forward(ids) + again
+
+    with pytest.raises(ValueError, match="embedding was called differently than"):
+        check_model(Varies(True), IDS, wrt="embeddings")
 
 
 # -- keyword inputs and outputs ------------------------------------------------------------

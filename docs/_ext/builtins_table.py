@@ -490,11 +490,26 @@ def _failing_ops(measurement: Measurement) -> set[str]:
     }
 
 
-def _summary(trials: list[dict]) -> str:
+def tells_unmeasured_apart(measurement: Measurement) -> bool:
+    """Whether a release's file records trials that differentiated nothing as such (files
+    written before issue 42 recorded them as passes, ``None``)."""
+    return "not_measured" in measurement.about
+
+
+def _summary(trials: list[dict], tells_apart: bool = True) -> str:
     """An op's cell in one release's column: how many of its trials raised, passed, or
-    measured nothing (only a trial that differentiated twice on a non-empty input counts)."""
+    measured nothing (only a trial that differentiated twice on a non-empty input counts).
+    For a file that does not tell them apart, a trial without error is not called a pass."""
     if not trials:
         return "not tried"
+    if not tells_apart:
+        raised = sum(1 for trial in trials if measured_error(trial["error"]))
+        quiet = len(trials) - raised
+        head = f"raised in {raised} of {len(trials)} trials; " if raised else ""
+        return (
+            f"{head}no error in {quiet} trial{'' if quiet == 1 else 's'}, not told apart "
+            "from trials that differentiated nothing"
+        )
     raised = sum(1 for trial in trials if measured_error(trial["error"]))
     unmeasured = sum(1 for trial in trials if not_measured(trial["error"]))
     measured = len(trials) - unmeasured
@@ -585,7 +600,10 @@ def render(
     for number, op in enumerate(ops, start=1):
         fix = fixes[op].replace("|", "\\|") if op in fixes else NO_FIX
         by_release = {torch: _trials(m, op) for torch, m in measurements.items()}
-        counts = " | ".join(_summary(trials) for trials in by_release.values())
+        counts = " | ".join(
+            _summary(trials, tells_unmeasured_apart(measurements[torch]))
+            for torch, trials in by_release.items()
+        )
         if cuda:
             trials = cuda_trials.get(op)
             counts += " | " + (
@@ -661,7 +679,7 @@ def _asked_about(measurements: dict[str, Measurement], failing: list[str]) -> li
                 else f"`{op}`"
             )
             cells = " | ".join(
-                _summary(_trials(m, op)).replace("|", "\\|")
+                _summary(_trials(m, op), tells_unmeasured_apart(m)).replace("|", "\\|")
                 for m in measurements.values()
             )
             lines.append(f"| {asked} | {name} | {cells} |")

@@ -82,6 +82,23 @@ def _inference_tensor_saved() -> None:
     model(batch).sum().backward()
 
 
+def _inference_tensor_requires_grad() -> None:
+    import torch
+
+    with torch.inference_mode():
+        batch = torch.linspace(0, 1, 5).unsqueeze(1)
+    batch.requires_grad_()  # to differentiate with respect to the batch (a PINN's x)
+
+
+def _reentrant_checkpoint_grad() -> None:
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    layer = torch.nn.Linear(3, 1)
+    x = torch.randn(2, 3, requires_grad=True)
+    torch.autograd.grad(checkpoint(layer, x, use_reentrant=True).sum(), x)
+
+
 # Raised by torch's own modules that inductor imports (torch.utils.mkldnn), not by the code.
 TORCH_JIT_DEPRECATION = "`torch.jit.script_method` is deprecated"
 
@@ -283,6 +300,8 @@ GRAD_MODE_TITLES = (
     "Inference mode: torch.inference_mode, Lightning's validation and test steps",
 )
 
+RECIPE_GRAD_MODE = "auto_examples/recipes/plot_01_grad_mode_in_eval_loops"
+
 # (title, scenario, cause, fix, page)
 SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
     # Grad mode first: the commonest cause of "does not require grad", and not in your code.
@@ -290,7 +309,7 @@ SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
      "The gradient was taken inside `torch.no_grad()` (an evaluation loop, a callback, a "
      "metric): no graph was recorded, so there is nothing to differentiate.",
      "Take it under `torch.enable_grad()`, which turns `no_grad` off for its block.",
-     "auto_examples/plot_00_grad_mode_rules"),
+     RECIPE_GRAD_MODE),
     ("Inference mode: torch.inference_mode, Lightning's validation and test steps",
      _under_inference_mode,
      "The gradient was taken inside `torch.inference_mode()`, which `torch.enable_grad()` "
@@ -299,15 +318,20 @@ SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
      "`Trainer(inference_mode=False)` (Lightning then uses `no_grad`) and "
      "`torch.enable_grad()` inside the step; in plain torch, `torch.inference_mode(False)` or "
      "`no_grad` in place of inference mode.",
-     "auto_examples/plot_00_grad_mode_rules"),
+     RECIPE_GRAD_MODE),
     ("Inference tensors cannot be saved for backward", _inference_tensor_saved,
      "A tensor made under `torch.inference_mode()` (a batch, a cached buffer) is used in "
      "autograd after inference mode ends.",
      "`batch.clone()` outside inference mode gives a normal tensor; or make it under "
      "`no_grad` instead.",
-     "auto_examples/plot_00_grad_mode_rules"),
+     RECIPE_GRAD_MODE),
+    ("An inference tensor made to require grad", _inference_tensor_requires_grad,
+     "`requires_grad_()` on a tensor made under `torch.inference_mode()` (a batch an "
+     "evaluation loop handed over), to differentiate with respect to it.",
+     "`batch.clone().requires_grad_()` outside inference mode.",
+     RECIPE_GRAD_MODE),
     ("The gradient has no graph", _no_graph,
-     "Grad mode was off where the graph should have been recorded (the first three "
+     "Grad mode was off where the graph should have been recorded (the first two "
      "sections); or, from a custom Function, backward used tensors without history "
      "(stashed on `ctx`, saved intermediates, detached, or computed outside torch).",
      "Save inputs and outputs; return intermediates as extra outputs; wrap non-torch code "
@@ -356,7 +380,13 @@ SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
      "`torch._functorch.config.donated_buffer = False` before compiling. That gives a "
      "first derivative with a graph; a second backward through compiled code then raises "
      "the message of the section above.",
-     "auto_examples/recipes/plot_r01_inductor_donated_buffers"),
+     "auto_examples/recipes/plot_02_inductor_donated_buffers"),
+    ("autograd.grad through a reentrant checkpoint", _reentrant_checkpoint_grad,
+     "`torch.utils.checkpoint(..., use_reentrant=True)` supports `.backward()` only: "
+     "its first pass runs under `no_grad`, so `autograd.grad` (and a gradient taken inside "
+     "the block, which then raises \"does not require grad\") cannot go through it.",
+     "`use_reentrant=False`.",
+     "auto_examples/recipes/plot_06_grad_inside_checkpoint"),
     ("Custom operator without autograd", _custom_op_without_autograd,
      "An operator made with `torch.library.custom_op` and no `register_autograd` is "
      "differentiated, often inside another operator's backward (at the second order).",

@@ -12,8 +12,9 @@ and what turns each back on.
 # %%
 # A residual that needs the second derivative
 # -------------------------------------------
-# The model is a small network :math:`u(x)`; the residual of :math:`u'' = f` needs
-# :math:`u''`, a gradient of a gradient. In training, with grad mode on, it works.
+# The model is a small network :math:`u(x)`; the residual of
+# :math:`\mathrm{d}^2 u / \mathrm{d}x^2 = f` needs the second derivative, a gradient of a
+# gradient. In training, with grad mode on, it works.
 import torch
 
 torch.manual_seed(0)

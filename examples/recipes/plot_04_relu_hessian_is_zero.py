@@ -2,9 +2,9 @@ r"""
 A ReLU network's second derivative is zero
 ==========================================
 
-A physics-informed loss on :math:`u''` that never moves, a curvature penalty that is always
-zero: with ReLU activations, the network is piecewise linear in its input, so its second
-derivative with respect to the input is exactly zero wherever it exists. Nothing raises.
+A physics-informed loss on a second derivative that never moves, a curvature penalty that is
+always zero: with ReLU activations, the network is piecewise linear in its input, so its
+second derivative with respect to the input is exactly zero wherever it exists. Nothing raises.
 This page shows it, shows that a penalty on the *first* derivative still trains, and what a
 smooth activation changes.
 """
@@ -65,8 +65,8 @@ plt.show()
 # sphinx_gallery_thumbnail_number = 1
 
 # %%
-# A PINN loss on :math:`u''` then has no gradient
-# -----------------------------------------------
+# A PINN loss on the Laplacian then has no gradient
+# -------------------------------------------------
 # The residual of :math:`\Delta u = f` sees :math:`\Delta u = 0` at every point, whatever the
 # weights: its gradient with respect to the weights is zero, and the optimiser cannot fit
 # :math:`f`.
@@ -126,8 +126,8 @@ for activation in (torch.nn.Tanh, torch.nn.Softplus, torch.nn.SiLU):
 # %%
 # Conclusion
 # ----------
-# With ReLU, the input Hessian is zero: a loss on :math:`u''`, a Laplacian or a curvature
-# term gives the weights no gradient, silently. A gradient penalty still works. For
+# With ReLU, the input Hessian is zero: a loss on a second derivative, a Laplacian or a
+# curvature term gives the weights no gradient, silently. A gradient penalty still works. For
 # second-order losses in the input, use a smooth activation (tanh and SiLU are common in
 # PINNs). ``double_backward.check`` reports such a zero as an answer, not a problem.
 #

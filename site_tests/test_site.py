@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import ast
 import functools
+import html
+import re
 import shutil
 import subprocess
 from http.server import ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import quote
 
 import nbformat
 import pytest
@@ -29,7 +32,7 @@ from .checks import (
     search_results,
     tree_differences,
 )
-from .conftest import QuietHandler, serve
+from .conftest import SITE, QuietHandler, serve
 from .links import link_problems
 
 ARTIFACTS = ROOT / "site-artifacts"
@@ -56,12 +59,52 @@ def test_every_page_loads_in_chromium_without_errors_or_outside_requests(
     [
         ("save_for_backward", "Saving the inputs"),
         ("gradgradcheck", "The four cases compared: is your backward tracked?"),
+        # Ops readers ask about by name are on the built-ins page, raising or not.
+        ("grid_sample", "Built-ins without double backward"),
+        ("unfold", "Built-ins without double backward"),
+        ("fold", "Built-ins without double backward"),
+        ("max_pool2d", "Built-ins without double backward"),
+        ("use_reentrant", "autograd.grad inside a checkpointed block"),
+        ("GradScaler", "A gradient penalty with a GradScaler"),
+        ("inference_mode", "Second derivatives inside an evaluation loop"),
     ],
 )
 def test_search_finds_the_pages_that_teach_a_name(
     base_url, browser, query, expected_title
 ):
     assert expected_title in search_results(browser, base_url, query)
+
+
+def _indexed_messages() -> list[str]:
+    """Every message the error index shows in a block, whole, as the built page shows it."""
+    page = SITE / "errors.html"
+    if not page.is_file():
+        return []
+    blocks = re.findall(
+        r'<div class="highlight-text notranslate"><div class="highlight"><pre>(.*?)</pre>',
+        page.read_text(),
+        flags=re.DOTALL,
+    )
+    return [html.unescape(re.sub(r"<[^>]+>", "", block)).strip() for block in blocks]
+
+
+def test_the_error_index_shows_messages_to_search_for():
+    messages = _indexed_messages()
+    assert len(messages) >= 20
+    assert any("donated buffers" in message for message in messages)
+    assert any(
+        "Double backwards is not supported for CuDNN RNNs due to" in m for m in messages
+    )
+
+
+@pytest.mark.parametrize(
+    "message", _indexed_messages(), ids=lambda message: message.splitlines()[0][:60]
+)
+def test_pasting_a_whole_message_into_search_finds_the_error_index(
+    base_url, browser, message
+):
+    # What a reader does: the whole message, every line, pasted into the search box.
+    assert "Error-message index" in search_results(browser, base_url, quote(message))
 
 
 def test_search_finds_nothing_for_a_nonsense_word(base_url, browser):

@@ -42,6 +42,18 @@ DTYPES = ("float64", "float32")
 # OpInfo samples tried per op and dtype: the first few say whether the op's double backward
 # raises; more only multiply the minutes the scan takes.
 SAMPLES_PER_OP = 4
+# A trial that exercised no second derivative (an empty input, a gradient without a graph, no
+# first derivative) is recorded with this prefix and its reason: not a pass, and not an error.
+NOT_MEASURED = "not measured: "
+
+
+def measured_error(value: str | None) -> bool:
+    """Whether a cell's value is an error the penalty raised (not a pass, not unmeasured)."""
+    return bool(value) and not value.startswith(NOT_MEASURED)
+
+
+def not_measured(value: str | None) -> bool:
+    return bool(value) and value.startswith(NOT_MEASURED)
 
 
 @dataclass(frozen=True)
@@ -103,6 +115,9 @@ def gradient_penalty(call: Callable[[], object], wrt: list) -> None:
     import torch
 
     generator = torch.Generator().manual_seed(0)
+    if any(t.numel() == 0 for t in wrt):
+        # OpInfo's samples include empty tensors; a penalty on them differentiates nothing.
+        raise NotApplicable("an input is empty")
     try:
         outputs = [t for t in _floats(call()) if t.requires_grad and t.numel()]
         if not outputs:
@@ -134,8 +149,8 @@ def _try(op: str, condition: str, dtype: str, call: Callable[[], object], wrt) -
         warnings.simplefilter("always")
         try:
             gradient_penalty(call, wrt)
-        except NotApplicable:
-            return Trial(op, condition, dtype, None)
+        except NotApplicable as reason:
+            return Trial(op, condition, dtype, NOT_MEASURED + str(reason))
         except Exception as error:  # noqa: BLE001 - the error is the measurement
             return Trial(op, condition, dtype, first_line(error))
     return Trial(op, condition, dtype, None)
@@ -284,6 +299,32 @@ def _module(
     return make
 
 
+def _one_input(name: str, shape: tuple[int, ...], **kwargs):
+    def make(dtype):
+        import torch
+
+        x = _leaf(*shape, dtype=dtype)
+        return lambda: getattr(torch.nn.functional, name)(x, **kwargs), [x]
+
+    return make
+
+
+def _grid_sample(mode: str):
+    def make(dtype):
+        import torch
+
+        image = _leaf(1, 2, 5, 5, dtype=dtype)
+        grid = (_leaf(1, 3, 3, 2, dtype=dtype, seed=1) * 0.5).detach().requires_grad_()
+        return (
+            lambda: torch.nn.functional.grid_sample(
+                image, grid, mode=mode, align_corners=False
+            ),
+            [image, grid],
+        )
+
+    return make
+
+
 ENCODER_LAYER = (
     "nn.TransformerEncoderLayer(16, 2, 32, dropout={dropout}, batch_first=True)"
 )
@@ -320,7 +361,26 @@ PROBES = [
        _module(ATTENTION, 4, mode == "train", need_weights=True)) for mode in ("train", "eval")],
     *[("nn.functional.embedding_bag", f"with respect to weight only, mode={mode!r}",
        _embedding_bag(mode)) for mode in ("sum", "mean", "max")],
+    # Ops readers ask about by name, on non-empty inputs (OpInfo's unfold samples are empty).
+    ("nn.functional.unfold", "kernel 2, input (1, 2, 4, 4)",
+     _one_input("unfold", (1, 2, 4, 4), kernel_size=2)),
+    ("nn.functional.fold", "kernel 2, output 3 x 3, input (1, 8, 4)",
+     _one_input("fold", (1, 8, 4), output_size=(3, 3), kernel_size=2)),
+    ("nn.functional.max_pool2d", "kernel 2, input (1, 2, 4, 4)",
+     _one_input("max_pool2d", (1, 2, 4, 4), kernel_size=2)),
+    *[("nn.functional.grid_sample", f"mode={mode!r}, with respect to input and grid",
+       _grid_sample(mode)) for mode in ("bilinear", "nearest", "bicubic")],
 ]  # fmt: skip
+
+# Ops readers look for by name: the page lists each with its result, whether it raises or not.
+ASKED_ABOUT = {
+    "grid_sample": ("nn.functional.grid_sample", "grid_sampler_2d", "grid_sampler_3d"),
+    "unfold and fold (im2col, col2im)": ("nn.functional.unfold", "nn.functional.fold"),
+    "max pooling": (
+        "nn.functional.max_pool1d", "nn.functional.max_pool2d", "nn.functional.max_pool3d",
+        "nn.functional.adaptive_max_pool2d", "max_pool2d_with_indices_backward",
+    ),
+}  # fmt: skip
 
 
 def _probe_trials(dtype_name: str) -> Iterator[Trial]:
@@ -352,6 +412,7 @@ def measure(progress: Callable[[str], None] = lambda _: None) -> tuple[dict, dic
     about = {
         "ops_tried": len({trial.op for trial in trials}),
         "trials": len(trials),
+        "not_measured": sum(1 for trial in trials if not_measured(trial.error)),
         "seconds": round(time.perf_counter() - started),
     }
     return results, about
@@ -422,17 +483,42 @@ def _scan_order(trial: dict) -> tuple:
 
 
 def _failing_ops(measurement: Measurement) -> set[str]:
-    return {split_cell(cell)[0] for cell, error in measurement.results.items() if error}
+    return {
+        split_cell(cell)[0]
+        for cell, error in measurement.results.items()
+        if measured_error(error)
+    }
 
 
-def _summary(trials: list[dict]) -> str:
-    """An op's cell in one release's column: how many of its trials raised."""
+def tells_unmeasured_apart(measurement: Measurement) -> bool:
+    """Whether a release's file records trials that differentiated nothing as such (files
+    written before issue 42 recorded them as passes, ``None``)."""
+    return "not_measured" in measurement.about
+
+
+def _summary(trials: list[dict], tells_apart: bool = True) -> str:
+    """An op's cell in one release's column: how many of its trials raised, passed, or
+    measured nothing (only a trial that differentiated twice on a non-empty input counts).
+    For a file that does not tell them apart, a trial without error is not called a pass."""
     if not trials:
         return "not tried"
-    raised = sum(1 for trial in trials if trial["error"])
+    if not tells_apart:
+        raised = sum(1 for trial in trials if measured_error(trial["error"]))
+        quiet = len(trials) - raised
+        head = f"raised in {raised} of {len(trials)} trials; " if raised else ""
+        return (
+            f"{head}no error in {quiet} trial{'' if quiet == 1 else 's'}, not told apart "
+            "from trials that differentiated nothing"
+        )
+    raised = sum(1 for trial in trials if measured_error(trial["error"]))
+    unmeasured = sum(1 for trial in trials if not_measured(trial["error"]))
+    measured = len(trials) - unmeasured
+    if not measured:
+        return f"not measured ({unmeasured} trials, none differentiated twice)"
+    tail = f"; {unmeasured} not measured" if unmeasured else ""
     if raised:
-        return f"raised in {raised} of {len(trials)} trials"
-    return f"passed all {len(trials)} trials"
+        return f"raised in {raised} of {measured} measured trials{tail}"
+    return f"passed {measured} of {measured} measured trials{tail}"
 
 
 def _where_measured(torch: str, measurement: Measurement) -> str:
@@ -443,8 +529,14 @@ def _where_measured(torch: str, measurement: Measurement) -> str:
         if {"trials", "ops_tried", "seconds"} <= about.keys()
         else ""
     )
+    unmeasured = (
+        f", {about['not_measured']} of them not measured (they differentiated nothing)"
+        if "not_measured" in about
+        else " (this file predates telling a trial that differentiated nothing from a "
+        "pass: its passes may include such trials)"
+    )
     return (
-        f"torch {torch}: measured {measurement.measured}{counts}; "
+        f"torch {torch}: measured {measurement.measured}{counts}{unmeasured}; "
         f"{len(_failing_ops(measurement))} ops raised"
     )
 
@@ -452,7 +544,8 @@ def _where_measured(torch: str, measurement: Measurement) -> str:
 def _op_block(trials: list[dict], titles: dict[str, str]) -> list[str]:
     """One release's errors of an op, each with where it raised, then where it passed."""
     lines = []
-    for error in sorted({trial["error"] for trial in trials if trial["error"]}):
+    errors = {trial["error"] for trial in trials if measured_error(trial["error"])}
+    for error in sorted(errors):
         raises = _conditions([trial for trial in trials if trial["error"] == error])
         index = (
             f" Error index: [{titles[error]}](project:errors.md#{_slug(titles[error])})."
@@ -465,6 +558,11 @@ def _op_block(trials: list[dict], titles: dict[str, str]) -> list[str]:
         ]
     passes = _conditions([trial for trial in trials if not trial["error"]])
     lines.append(f"- **Passes:** {'; '.join(passes) or 'no other condition tried'}.")
+    for reason in sorted({t["error"] for t in trials if not_measured(t["error"])}):
+        where = _conditions([trial for trial in trials if trial["error"] == reason])
+        lines.append(
+            f"- **Not measured** ({reason.removeprefix(NOT_MEASURED)}): {'; '.join(where)}."
+        )
     return lines
 
 
@@ -502,7 +600,10 @@ def render(
     for number, op in enumerate(ops, start=1):
         fix = fixes[op].replace("|", "\\|") if op in fixes else NO_FIX
         by_release = {torch: _trials(m, op) for torch, m in measurements.items()}
-        counts = " | ".join(_summary(trials) for trials in by_release.values())
+        counts = " | ".join(
+            _summary(trials, tells_unmeasured_apart(measurements[torch]))
+            for torch, trials in by_release.items()
+        )
         if cuda:
             trials = cuda_trials.get(op)
             counts += " | " + (
@@ -551,10 +652,38 @@ def render(
                  if op not in ops and not any(error for *_, error in trials)]  # fmt: skip
         lines += ["", "Passed on CUDA: " + ", ".join(f"`{op}`" for op in works) + "."]
     return (
-        "\n".join([*lines, "", *_changes(measurements), "",
+        "\n".join([*lines, "", *_asked_about(measurements, ops), "",
+                   *_changes(measurements), "",
                    "## Each op: the error, where it raises", *sections])
         + "\n"
     )  # fmt: skip
+
+
+def _asked_about(measurements: dict[str, Measurement], failing: list[str]) -> list[str]:
+    """The ops readers look for by name, each with its result in every release, whether it
+    raised or not; a raising one links to its section below."""
+    releases = list(measurements)
+    lines = [
+        "## Ops readers ask about",
+        "",
+        "Listed whether they raise or not, with the release each result was measured on.",
+        "",
+        "| Asked about | Op | " + " | ".join(f"torch {tv}" for tv in releases) + " |",
+        "|---" * (len(releases) + 2) + "|",
+    ]
+    for asked, ops in ASKED_ABOUT.items():
+        for op in ops:
+            name = (
+                f"[`{op}`](#builtin-{failing.index(op) + 1})"
+                if op in failing
+                else f"`{op}`"
+            )
+            cells = " | ".join(
+                _summary(_trials(m, op), tells_unmeasured_apart(m)).replace("|", "\\|")
+                for m in measurements.values()
+            )
+            lines.append(f"| {asked} | {name} | {cells} |")
+    return lines
 
 
 def _changes(measurements: dict[str, Measurement]) -> list[str]:
@@ -562,7 +691,11 @@ def _changes(measurements: dict[str, Measurement]) -> list[str]:
     lines = ["## What changed between torch releases", ""]
     if len(measurements) == 1:
         return [*lines, "One torch release measured: nothing to compare."]
-    changed = changed_cells(measurements)
+    changed = {
+        cell: values
+        for cell, values in changed_cells(measurements).items()
+        if len({None if not_measured(v) else v for v in values.values()}) > 1
+    }
     cells = [set(m.results) for m in measurements.values()]
     in_some = set().union(*cells) - set.intersection(*cells)
     if changed:
@@ -635,7 +768,8 @@ if __name__ == "__main__":  # scan the installed torch again and rewrite its fil
 
     results, about = measure(lambda text: print(text, file=sys.stderr))
     written = write(NAME, results, about=about)
-    raised = sum(1 for error in results.values() if error)
+    raised = sum(1 for error in results.values() if measured_error(error))
     print(
-        f"{raised} failing trials of {about['trials']} in {about['seconds']} s: {written}"
+        f"{raised} failing trials of {about['trials']} ({about['not_measured']} not "
+        f"measured) in {about['seconds']} s: {written}"
     )

@@ -37,6 +37,99 @@ def _grad_x(fn, x, grad_out=None):
     return torch.autograd.grad(output, x, grad_out, create_graph=True)[0]
 
 
+def _penalty_under(mode) -> None:
+    """A PINN residual's second derivative computed inside ``mode``, as an eval loop runs it."""
+    import torch
+
+    model = torch.nn.Sequential(
+        torch.nn.Linear(1, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)
+    )
+    with mode():
+        x = torch.linspace(0, 1, 5).unsqueeze(1).requires_grad_()
+        u = model(x)
+        (du,) = torch.autograd.grad(u.sum(), x, create_graph=True)
+        torch.autograd.grad(du.sum(), x)
+
+
+def _under_no_grad() -> None:
+    import torch
+
+    _penalty_under(torch.no_grad)
+
+
+def _under_inference_mode() -> None:
+    import contextlib
+
+    import torch
+
+    @contextlib.contextmanager
+    def inference_then_enable_grad():
+        # What a Lightning validation_step that calls torch.enable_grad() gets by default:
+        # enable_grad does not leave inference mode.
+        with torch.inference_mode(), torch.enable_grad():
+            yield
+
+    _penalty_under(inference_then_enable_grad)
+
+
+def _inference_tensor_saved() -> None:
+    import torch
+
+    model = torch.nn.Linear(1, 1)
+    with torch.inference_mode():
+        # A batch as a DataLoader under inference mode hands it over:
+        batch = torch.linspace(0, 1, 5).unsqueeze(1)
+    model(batch).sum().backward()
+
+
+def _inference_tensor_requires_grad() -> None:
+    import torch
+
+    with torch.inference_mode():
+        batch = torch.linspace(0, 1, 5).unsqueeze(1)
+    batch.requires_grad_()  # to differentiate with respect to the batch (a PINN's x)
+
+
+def _reentrant_checkpoint_grad() -> None:
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    layer = torch.nn.Linear(3, 1)
+    x = torch.randn(2, 3, requires_grad=True)
+    torch.autograd.grad(checkpoint(layer, x, use_reentrant=True).sum(), x)
+
+
+# Raised by torch's own modules that inductor imports (torch.utils.mkldnn), not by the code.
+TORCH_JIT_DEPRECATION = "`torch.jit.script_method` is deprecated"
+
+
+def _inductor_donated_buffer() -> None:
+    import torch
+    import torch._functorch.config as functorch_config
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", TORCH_JIT_DEPRECATION, DeprecationWarning)
+        import torch._inductor.compile_fx  # noqa: F401 - what torch.compile imports
+        import torch._inductor.config as inductor_config
+
+    weight = torch.randn(4, 4, requires_grad=True)
+
+    def layer(x):
+        return torch.tanh(x @ weight) @ weight
+
+    x = torch.randn(3, 4, requires_grad=True)
+    torch._dynamo.reset()
+    # No cache: a cached graph would be reused as compiled by an earlier build or run.
+    with (
+        inductor_config.patch(fx_graph_cache=False),
+        functorch_config.patch(enable_autograd_cache=False),
+    ):
+        compiled = torch.compile(layer)  # the default backend, inductor
+        compiled(x).pow(2).sum().backward()  # a training step compiles the backward
+        loss = compiled(x).pow(2).sum()
+        torch.autograd.grad(loss, x, create_graph=True)  # then a gradient penalty
+
+
 def _old_style_under_torch_func() -> None:
     import torch
 
@@ -98,6 +191,8 @@ def _gradgradcheck_mismatch() -> None:
     from double_backward.functions.failures import SquareDetachesInBackward
 
     x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    # gradgradcheck draws its incoming gradients at random, and the whole message prints them.
+    torch.manual_seed(0)
     gradgradcheck(SquareDetachesInBackward.apply, (x,))
 
 
@@ -198,11 +293,47 @@ def _builtin_multi_margin_loss() -> None:
     _builtin_penalty(lambda t: torch.nn.functional.multi_margin_loss(t, target), x)
 
 
+# The entries of grad mode turned off outside the code that raises: they print the message
+# of "The gradient has no graph" too, and come before it.
+GRAD_MODE_TITLES = (
+    "Grad mode is off: torch.no_grad",
+    "Inference mode: torch.inference_mode, Lightning's validation and test steps",
+)
+
+RECIPE_GRAD_MODE = "auto_examples/recipes/plot_01_grad_mode_in_eval_loops"
+
 # (title, scenario, cause, fix, page)
 SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
+    # Grad mode first: the commonest cause of "does not require grad", and not in your code.
+    ("Grad mode is off: torch.no_grad", _under_no_grad,
+     "The gradient was taken inside `torch.no_grad()` (an evaluation loop, a callback, a "
+     "metric): no graph was recorded, so there is nothing to differentiate.",
+     "Take it under `torch.enable_grad()`, which turns `no_grad` off for its block.",
+     RECIPE_GRAD_MODE),
+    ("Inference mode: torch.inference_mode, Lightning's validation and test steps",
+     _under_inference_mode,
+     "The gradient was taken inside `torch.inference_mode()`, which `torch.enable_grad()` "
+     "does not turn off. PyTorch Lightning runs `validation_step`, `test_step` and "
+     "`predict_step` under it by default (`Trainer(inference_mode=True)`).",
+     "`Trainer(inference_mode=False)` (Lightning then uses `no_grad`) and "
+     "`torch.enable_grad()` inside the step; in plain torch, `torch.inference_mode(False)` or "
+     "`no_grad` in place of inference mode.",
+     RECIPE_GRAD_MODE),
+    ("Inference tensors cannot be saved for backward", _inference_tensor_saved,
+     "A tensor made under `torch.inference_mode()` (a batch, a cached buffer) is used in "
+     "autograd after inference mode ends.",
+     "`batch.clone()` outside inference mode gives a normal tensor; or make it under "
+     "`no_grad` instead.",
+     RECIPE_GRAD_MODE),
+    ("An inference tensor made to require grad", _inference_tensor_requires_grad,
+     "`requires_grad_()` on a tensor made under `torch.inference_mode()` (a batch an "
+     "evaluation loop handed over), to differentiate with respect to it.",
+     "`batch.clone().requires_grad_()` outside inference mode.",
+     RECIPE_GRAD_MODE),
     ("The gradient has no graph", _no_graph,
-     "The gradient has no graph: backward used tensors without history (stashed on `ctx`, "
-     "saved intermediates, detached, or computed outside torch).",
+     "Grad mode was off where the graph should have been recorded (the first two "
+     "sections); or, from a custom Function, backward used tensors without history "
+     "(stashed on `ctx`, saved intermediates, detached, or computed outside torch).",
      "Save inputs and outputs; return intermediates as extra outputs; wrap non-torch code "
      "in a Function of its own.",
      "auto_examples/plot_03_saving_intermediates"),
@@ -242,6 +373,20 @@ SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
      "differentiated again: AOTAutograd compiles first-order backward only.",
      "Compile the first-order part only, and take higher orders in eager mode.",
      "auto_examples/plot_19_torch_compile"),
+    ("Inductor's donated buffers and create_graph", _inductor_donated_buffer,
+     "`torch.compile` with its default backend (inductor) compiled the backward for one "
+     "use only, freeing the tensors it saved (donated buffers); a later backward with "
+     "`create_graph=True` or `retain_graph=True` through the same compiled code is refused.",
+     "`torch._functorch.config.donated_buffer = False` before compiling. That gives a "
+     "first derivative with a graph; a second backward through compiled code then raises "
+     "the message of the section above.",
+     "auto_examples/recipes/plot_02_inductor_donated_buffers"),
+    ("autograd.grad through a reentrant checkpoint", _reentrant_checkpoint_grad,
+     "`torch.utils.checkpoint(..., use_reentrant=True)` supports `.backward()` only: "
+     "its first pass runs under `no_grad`, so `autograd.grad` (and a gradient taken inside "
+     "the block, which then raises \"does not require grad\") cannot go through it.",
+     "`use_reentrant=False`.",
+     "auto_examples/recipes/plot_06_grad_inside_checkpoint"),
     ("Custom operator without autograd", _custom_op_without_autograd,
      "An operator made with `torch.library.custom_op` and no `register_autograd` is "
      "differentiated, often inside another operator's backward (at the second order).",
@@ -293,8 +438,20 @@ SCENARIOS += [
 
 
 def first_line(error: BaseException) -> str:
-    """``Type: first line of the message``, as the index shows it."""
-    return f"{type(error).__name__}: {str(error).strip().splitlines()[0].rstrip(',')}"
+    """``Type: first line of the message``, as the compatibility matrix and the committed
+    files of other releases keep it."""
+    return first_line_of(whole_message(error))
+
+
+def whole_message(error: BaseException) -> str:
+    """``Type: the whole message``, every line of it, as the index shows it: what a reader
+    pastes into the site's search is the whole message, and search finds a page only when it
+    holds every word typed."""
+    return f"{type(error).__name__}: {str(error).strip()}"
+
+
+def first_line_of(message: str) -> str:
+    return message.splitlines()[0].rstrip(",")
 
 
 class RaisedNothing(RuntimeError):
@@ -302,19 +459,18 @@ class RaisedNothing(RuntimeError):
 
 
 def captured_message(scenario: Callable[[], None]) -> str:
-    """The ``Type: message`` the scenario raises; fails loudly if it raises nothing."""
+    """The whole ``Type: message`` the scenario raises; fails loudly if it raises nothing."""
     try:
         scenario()
     except Exception as error:  # noqa: BLE001 - any error is what we want to capture
-        return first_line(error)
+        return whole_message(error)
     raise RaisedNothing(f"error_index: {scenario.__name__} raised no error")
 
 
 @functools.cache
-def measure() -> dict[str, str | None]:
-    """Each scenario's title -> its message with the installed torch, ``None`` when it raised
-    nothing: what the build shows and what ``nox -s matrix`` commits for other releases.
-    Run once per process (the compatibility matrix looks its messages up here too)."""
+def measure_whole() -> dict[str, str | None]:
+    """Each scenario's title -> its whole message with the installed torch, ``None`` when it
+    raised nothing. Run once per process."""
     results: dict[str, str | None] = {}
     for title, scenario, *_ in SCENARIOS:
         try:
@@ -324,8 +480,21 @@ def measure() -> dict[str, str | None]:
     return results
 
 
+def measure() -> dict[str, str | None]:
+    """Each scenario's title -> the first line of its message with the installed torch,
+    ``None`` when it raised nothing: what ``nox -s matrix`` commits for other releases, and
+    what the compatibility matrix looks its messages up by."""
+    return {
+        title: None if message is None else first_line_of(message)
+        for title, message in measure_whole().items()
+    }
+
+
+measure.cache_clear = measure_whole.cache_clear  # type: ignore[attr-defined]
+
+
 def raised_messages() -> dict[str, str]:
-    """Title -> message of the scenarios the installed torch raises. Unlike
+    """Title -> message (first line) of the scenarios the installed torch raises. Unlike
     :func:`captured_messages`, it does not demand that every one raise: torch 2.14.1 has the
     double backward of cdist and pdist, and their scenarios raise nothing there."""
     return {
@@ -345,6 +514,24 @@ def captured_messages() -> tuple[tuple[str, str], ...]:
     return tuple(measure().items())
 
 
+# Wordings older torch releases print, where a public report shows them: (which releases,
+# the message). A reader on an old torch pastes these, and search finds the entry.
+OLDER_WORDINGS: dict[str, list[tuple[str, str]]] = {
+    "Old style under torch.func": [
+        ("torch 2.0 and 2.1, whose link named the docs' former master branch",
+         "RuntimeError: In order to use an autograd.Function with functorch transforms "
+         "(vmap, grad, jvp, jacrev, ...), it must override the setup_context staticmethod. "
+         "For more details, please see "
+         "https://pytorch.org/docs/master/notes/extending.func.html"),
+    ],
+    "gradgradcheck finds a mismatch": [
+        ("torch before 1.9, which raised a plain RuntimeError (GradcheckError came in 1.9)",
+         "RuntimeError: Jacobian mismatch for output 0 with respect to input 0,\n"
+         "numerical:tensor(...)\nanalytical:tensor(...)"),
+    ],
+}  # fmt: skip
+
+
 def _printed_by(releases: list[str]) -> str:
     return "Printed by torch " + " and ".join(releases) + "."
 
@@ -356,18 +543,26 @@ def _code_cell(message: str | None) -> str:
     return "`` " + message.replace("|", "\\|") + " ``"
 
 
-def printed(title: str, measurements: dict[str, Measurement]) -> str:
+def printed(
+    title: str, measurements: dict[str, Measurement], whole: str | None = None
+) -> str:
     """The message as each torch release printed it: one block when they agree, side by side
-    when they differ; the releases that did not measure this scenario are named."""
+    when they differ; the releases that did not measure this scenario are named. ``whole``
+    is the installed torch's whole message: the committed files keep first lines only, so a
+    release agrees with it when its first line is the same, and the block shows it whole."""
     by_release = {
         tv: m.results[title] for tv, m in measurements.items() if title in m.results
     }
     unmeasured = [tv for tv in measurements if tv not in by_release]
     if len(set(by_release.values())) == 1:
-        text = (
-            f"```text\n{next(iter(by_release.values()))}\n```\n\n"
-            f"{_printed_by(list(by_release))}"
-        )
+        message = next(iter(by_release.values()))
+        if (
+            whole is not None
+            and message is not None
+            and first_line_of(whole) == message
+        ):
+            message = whole
+        text = f"```text\n{message}\n```\n\n{_printed_by(list(by_release))}"
     else:
         header = " | ".join(f"torch {tv}" for tv in by_release)
         cells = " | ".join(_code_cell(message) for message in by_release.values())
@@ -375,21 +570,35 @@ def printed(title: str, measurements: dict[str, Measurement]) -> str:
             "The message differs between torch releases:\n\n"
             f"| {header} |\n" + "|---" * len(by_release) + f"|\n| {cells} |"
         )
+        if whole is not None and whole != first_line_of(whole):
+            installed = [tv for tv, m in measurements.items() if m.live]
+            text += (
+                f"\n\nThe whole message, as torch {' and '.join(installed)} prints it:"
+                f"\n\n```text\n{whole}\n```"
+            )
     if unmeasured:
         text += (
             f" Not measured on torch {' and '.join(unmeasured)} (added since): "
             f"`nox -s matrix -- {unmeasured[0]}`."
         )
+    for releases, message in OLDER_WORDINGS.get(title, []):
+        text += f"\n\nAs {releases} print it:\n\n```text\n{message}\n```"
     return text
 
 
-def table(measurements: dict[str, Measurement], cuda: dict | None = None) -> str:
-    """One section per scenario: the message as each torch release printed it, its cause, its
-    fix, where explained; then the CUDA kernels' messages from the committed ``cuda`` file."""
+def table(
+    measurements: dict[str, Measurement],
+    cuda: dict | None = None,
+    whole: dict[str, str | None] | None = None,
+) -> str:
+    """One section per scenario: the message as each torch release printed it (``whole``:
+    the installed torch's whole messages), its cause, its fix, where explained; then the CUDA
+    kernels' messages from the committed ``cuda`` file."""
+    whole = whole or {}
     sections = []
     for title, _, cause, fix, page in SCENARIOS:
         sections.append(
-            f"## {title}\n\n{printed(title, measurements)}\n\n"
+            f"## {title}\n\n{printed(title, measurements, whole.get(title))}\n\n"
             f"- **Cause:** {cause}\n- **Fix:** {fix}\n- **Explained in:** {{doc}}`/{page}`\n"
         )
     if cuda:
@@ -398,6 +607,26 @@ def table(measurements: dict[str, Measurement], cuda: dict | None = None) -> str
 
 
 CUDA_PAGE = "auto_examples/plot_21_on_the_gpu"
+
+# Whole CUDA messages whose GPU measurement kept only their start (ending in "…"). Their text
+# is in torch's own library (tests/docs_ext/test_error_index.py finds each in it).
+CUDA_WHOLE_MESSAGES = (
+    "NotImplementedError: the derivative for '_cudnn_rnn_backward' is not implemented. "
+    "Double backwards is not supported for CuDNN RNNs due to limitations in the CuDNN API. "
+    "To run double backwards, please disable the CuDNN backend temporarily while running "
+    "the forward pass of your RNN. For example: \n"
+    "with torch.backends.cudnn.flags(enabled=False):\n"
+    "    output = model(inputs)",
+)
+
+
+def whole_cuda_message(message: str) -> str:
+    """The whole message of a CUDA message recorded cut short, or the message as it is."""
+    if message.endswith("…"):
+        for whole in CUDA_WHOLE_MESSAGES:
+            if whole.startswith(message.removesuffix("…")):
+                return whole
+    return message
 
 
 def cuda_title(message: str) -> str:
@@ -424,7 +653,7 @@ def cuda_sections(cuda: dict) -> list[str]:
         ops = [op for op in trials if any(e == message for *_, e in trials[op])]
         fix = cuda_results.fix(ops[0], [("", "", message)], FIXES, "none known")
         sections.append(
-            f"## {cuda_title(message)}\n\n```text\n{message}\n```\n\n"
+            f"## {cuda_title(message)}\n\n```text\n{whole_cuda_message(message)}\n```\n\n"
             f"Measured on CUDA, not at build time: {cuda_results.label(cuda)} "
             f"({cuda['source']})\n\n"
             f"- **Cause:** a gradient penalty through {where}.\n- **Fix:** {fix}\n"
@@ -450,7 +679,7 @@ def _write_table(app: Sphinx) -> None:
         captured_messages()  # every scenario must raise with the installed torch
         committed_cuda = cuda_results.load()
         cuda = committed_cuda[-1] if committed_cuda else None
-        return table(by_version("error_index", measure()), cuda)
+        return table(by_version("error_index", measure()), cuda, measure_whole())
 
     regenerate(path, key, make)
 

@@ -44,17 +44,95 @@ def test_a_trial_records_cdists_error_below_26_rows_and_none_at_32():
     )
 
 
-def test_a_trial_without_a_second_derivative_graph_is_not_a_row():
+def test_a_trial_without_a_second_derivative_graph_is_not_measured_not_a_pass():
     x = torch.randn(3, dtype=torch.float64, requires_grad=True)
     # round's derivative is zeros that do not depend on anything: no graph to differentiate.
     (grad,) = torch.autograd.grad((torch.round(x) ** 2).sum(), x, create_graph=True)
     assert not grad.requires_grad
     trial = table._try("round", "zero derivative", "float64", lambda: torch.round(x), [x])
-    assert trial.error is None
+    assert trial.error == "not measured: the gradient has no graph (a zero second derivative)"
+    assert table.not_measured(trial.error) and not table.measured_error(trial.error)
     with pytest.raises(table.NotApplicable, match="no graph"):
         table.gradient_penalty(lambda: torch.round(x), [x])
     with pytest.raises(table.NotApplicable, match="no differentiable output"):
         table.gradient_penalty(lambda: x.argmax(), [x])
+
+
+def test_a_trial_on_an_empty_input_is_not_measured():
+    x = torch.randn(0, 1, 5, 5, dtype=torch.float64, requires_grad=True)
+    # On an empty input the penalty runs and differentiates nothing: its gradient is empty.
+    (grad,) = torch.autograd.grad(
+        (torch.nn.functional.unfold(x, 2) ** 2).sum(), x, create_graph=True
+    )
+    assert grad.numel() == 0
+    trial = table._try(
+        "nn.functional.unfold", "empty", "float64",
+        lambda: torch.nn.functional.unfold(x, 2), [x],
+    )  # fmt: skip
+    assert trial.error == "not measured: an input is empty"
+
+
+def test_the_committed_scan_counts_no_empty_sample_as_a_pass():
+    """The six ops the scan once passed on empty samples alone (issue 42)."""
+    ops = ("cholesky_inverse", "cholesky_solve", "linalg.svd", "nn.functional.unfold",
+           "sparse.sampled_addmm", "svd")  # fmt: skip
+    for cell, value in COMMITTED.results.items():
+        op, condition, _ = table.split_cell(cell)
+        if op in ops and "shape (0" in condition:
+            assert table.not_measured(value), cell
+
+
+def test_the_committed_scan_measures_unfold_and_fold_on_non_empty_inputs():
+    F = torch.nn.functional
+    # Their double backward exists: gradgradcheck, independent of the scan, says so.
+    x = torch.randn(1, 2, 4, 4, dtype=torch.float64, requires_grad=True)
+    assert gradgradcheck(lambda t: F.unfold(t, kernel_size=2) ** 2, (x,))
+    cols = torch.randn(1, 8, 4, dtype=torch.float64, requires_grad=True)
+    assert gradgradcheck(lambda t: F.fold(t, (3, 3), kernel_size=2) ** 2, (cols,))
+    for op, condition in [
+        ("nn.functional.unfold", "kernel 2, input (1, 2, 4, 4)"),
+        ("nn.functional.fold", "kernel 2, output 3 x 3, input (1, 8, 4)"),
+    ]:
+        for dtype in table.DTYPES:
+            assert COMMITTED.results[table.cell_key(op, condition, dtype)] is None
+
+
+def test_an_op_tried_only_where_nothing_was_differentiated_is_not_measured():
+    trials = [
+        {"op": "svd", "condition": "OpInfo sample 1, input shape (0, 0)", "dtype": d,
+         "error": "not measured: an input is empty"} for d in table.DTYPES
+    ]  # fmt: skip
+    assert table._summary(trials) == "not measured (2 trials, none differentiated twice)"
+    trials.append({**trials[0], "condition": "non-empty", "error": None})
+    assert table._summary(trials) == "passed 1 of 1 measured trials; 2 not measured"
+
+
+def test_the_ops_readers_ask_about_are_listed_whether_they_raise_or_not():
+    measurement = _measurement(
+        "2.13.0",
+        [("nn.functional.grid_sample", "bilinear", "float64", None),
+         ("nn.functional.unfold", "OpInfo sample 1, input shape (0, 1, 5, 5)", "float64",
+          "not measured: an input is empty"),
+         ("nn.functional.max_pool2d", "kernel 2", "float64", "E: pool")],
+        {"trials": 3, "ops_tried": 3, "seconds": 1, "not_measured": 1},
+    )  # fmt: skip
+    text = table.render({"2.13.0": measurement}, FIXES, {})
+    asked = text[text.index("## Ops readers ask about") : text.index("## What changed")]
+    assert "| grid_sample | `nn.functional.grid_sample` | passed 1 of 1 measured" in asked
+    assert (
+        "| unfold and fold (im2col, col2im) | `nn.functional.unfold` | not measured" in asked
+    )
+    assert "| max pooling | [`nn.functional.max_pool2d`](#builtin-1) | raised in 1" in asked
+    rows = [line for line in text.splitlines() if line.startswith("| [")]
+    assert [row.split("`")[1] for row in rows] == ["nn.functional.max_pool2d"]
+    assert "1 of them not measured" in text
+
+
+def test_not_measured_against_an_older_files_pass_is_not_a_change():
+    older = _measurement("2.13.0", [("svd", "empty", "float64", "not measured: an input is empty")])
+    newer = _measurement("2.14.1", [("svd", "empty", "float64", None)])
+    changes = table._changes({"2.13.0": older, "2.14.1": newer})
+    assert "No trial run in every release differs" in " ".join(changes)
 
 
 def test_a_linear_ops_backward_is_differentiated_as_after_a_nonlinear_layer():
@@ -119,7 +197,27 @@ def test_the_committed_scan_is_for_the_torch_it_names():
         pytest.skip("the committed rows are re-run with torch 2.13.0 only")
 
 
-@pytest.mark.parametrize("file", vr.committed_files(table.NAME), ids=lambda f: f.stem)
+# torch 2.14.1's file was measured before issue 42 added probes (unfold, fold, max_pool2d,
+# grid_sample on non-empty inputs): this machine has no CPU wheel of 2.14.1 to measure it
+# again. Strict: once `nox -s matrix -- 2.14.1` is committed, the mark must go.
+MEASURED_BEFORE_THE_NEW_PROBES = {"torch-2.14.1"}
+
+
+@pytest.mark.parametrize(
+    "file",
+    [
+        pytest.param(
+            file,
+            marks=pytest.mark.xfail(
+                strict=True, reason="measured before the probes of issue 42"
+            ),
+        )
+        if file.stem in MEASURED_BEFORE_THE_NEW_PROBES
+        else file
+        for file in vr.committed_files(table.NAME)
+    ],
+    ids=lambda f: f.stem,
+)
 def test_every_committed_release_ran_every_probe_in_both_dtypes(file):
     results = vr.read(file).results
     for op, condition, _ in table.PROBES:
@@ -174,10 +272,15 @@ def test_render_gives_each_error_a_row_with_conditions_and_fix():
     )
     assert (
         "torch 2.13.0: measured 2026-12-03 18:00 UTC, 4 gradient penalties over 2 ops "
-        "in 1 s; 2 ops raised" in text
+        "in 1 s (this file predates telling a trial that differentiated nothing from a "
+        "pass: its passes may include such trials); 2 ops raised" in text
     )
     rows = [line for line in text.splitlines() if line.startswith("| [")]
-    assert rows[0].startswith("| [`cdist`](#builtin-1) | raised in 2 of 3 trials |")
+    # A file without "not_measured" (written before issue 42) calls no trial a pass.
+    assert rows[0].startswith(
+        "| [`cdist`](#builtin-1) | raised in 2 of 3 trials; no error in 1 trial, not told "
+        "apart from trials that differentiated nothing |"
+    )
     assert (
         "use_mm_for_euclid_dist" in rows[0] and "plot_04_untracked_backward" in rows[1]
     )
@@ -207,7 +310,9 @@ def test_render_shows_a_column_per_release_and_the_trials_that_changed():
          ("cdist", "p = 2, 32 rows", "float64", None),
          ("pdist", "5 rows", "float64", "E: pdist"),
          ("added", "OpInfo sample 1, input shape (3,)", "float64", "E: added")],
+        {"not_measured": 0},
     )  # fmt: skip
+    older.about["not_measured"] = 0
     text = table.render({"2.13.0": older, "2.14.1": newer}, FIXES, {})
     assert (
         "| Op (its error and conditions below) | torch 2.13.0 | torch 2.14.1 | Fix |"
@@ -217,8 +322,11 @@ def test_render_shows_a_column_per_release_and_the_trials_that_changed():
         line.split("`")[1]: line for line in text.splitlines() if line.startswith("| [")
     }
     assert set(rows) == {"added", "cdist", "pdist"}
-    assert "| raised in 2 of 3 trials | passed all 3 trials |" in rows["cdist"]
-    assert "| not tried | raised in 1 of 1 trials |" in rows["added"]
+    assert (
+        "| raised in 2 of 3 measured trials | passed 3 of 3 measured trials |"
+        in rows["cdist"]
+    )
+    assert "| not tried | raised in 1 of 1 measured trials |" in rows["added"]
     changes = text[text.index("## What changed") : text.index("## Each op")]
     assert "2 trials differ" in changes
     assert (

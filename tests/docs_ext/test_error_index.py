@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import error_index
 import pytest
+import torch
 from versioned_results import Measurement
 
 TITLE = "Marked once differentiable"
@@ -71,3 +72,110 @@ def test_the_installed_torch_must_raise_every_scenario(monkeypatch):
             error_index.captured_messages()
     finally:
         error_index.measure.cache_clear()
+
+
+def test_grad_mode_comes_first_among_the_causes():
+    titles = [title for title, *_ in error_index.SCENARIOS]
+    assert titles[:3] == [
+        "Grad mode is off: torch.no_grad",
+        "Inference mode: torch.inference_mode, Lightning's validation and test steps",
+        "Inference tensors cannot be saved for backward",
+    ]
+    (no_graph,) = [cause for title, _, cause, *_ in error_index.SCENARIOS
+                   if title == "The gradient has no graph"]  # fmt: skip
+    assert no_graph.startswith("Grad mode was off")
+
+
+@pytest.mark.parametrize(
+    ("scenario", "expected"),
+    [
+        (
+            error_index._under_no_grad,
+            "does not require grad and does not have a grad_fn",
+        ),
+        (error_index._under_inference_mode, "does not require grad"),
+        (error_index._inference_tensor_saved, "Inference tensors cannot be saved"),
+    ],
+)
+def test_grad_mode_scenarios_raise_what_plain_torch_raises(scenario, expected):
+    # The same failure written out in plain torch, outside the scenario.
+    x = torch.ones(2, 1, requires_grad=True)
+    with torch.inference_mode(), torch.enable_grad():
+        y = (x * 2).sum()
+    assert not y.requires_grad  # enable_grad does not leave inference mode
+    with pytest.raises(RuntimeError, match=expected):
+        scenario()
+
+
+def test_enable_grad_inside_no_grad_gives_the_second_derivative():
+    x = torch.linspace(0, 1, 5, dtype=torch.float64).requires_grad_()
+    with torch.no_grad(), torch.enable_grad():
+        (dy,) = torch.autograd.grad(torch.sin(x).sum(), x, create_graph=True)
+        (d2y,) = torch.autograd.grad(dy.sum(), x)
+    torch.testing.assert_close(d2y, -torch.sin(x.detach()))
+
+
+def test_inductor_raises_donated_buffers_and_the_switch_removes_it():
+    with pytest.raises(RuntimeError, match="non-empty donated buffers") as raised:
+        error_index._inductor_donated_buffer()
+    assert "torch._functorch.config.donated_buffer=False" in str(raised.value)
+    import torch._functorch.config as functorch_config
+
+    with functorch_config.patch(donated_buffer=False):
+        error_index._inductor_donated_buffer()  # the same steps raise nothing
+
+
+def test_whole_messages_are_kept_and_first_lines_are_what_is_committed():
+    error = RuntimeError("first line,\nsecond line")
+    assert error_index.whole_message(error) == "RuntimeError: first line,\nsecond line"
+    assert error_index.first_line(error) == "RuntimeError: first line"
+
+
+def test_a_release_that_kept_the_first_line_agrees_with_the_whole_message():
+    whole = "RuntimeError: old wording\nmore of it"
+    text = error_index.printed(
+        TITLE, _releases({TITLE: "RuntimeError: old wording"}), whole
+    )
+    assert f"```text\n{whole}\n```" in text
+    assert "Printed by torch 2.13.0 and 2.14.1." in text
+
+
+def test_older_wordings_are_shown_with_the_releases_that_print_them():
+    text = error_index.printed(
+        "Old style under torch.func",
+        {"2.13.0": Measurement("2.13.0", "", {"Old style under torch.func": "E"})},
+    )
+    assert "docs/master/notes/extending.func.html" in text
+    assert "As torch 2.0 and 2.1" in text
+
+
+def test_the_gradgradcheck_message_is_the_same_each_run():
+    error_index.measure.cache_clear()
+    try:
+        first = error_index.captured_message(error_index._gradgradcheck_mismatch)
+        torch.manual_seed(123)  # whatever ran before
+        assert (
+            error_index.captured_message(error_index._gradgradcheck_mismatch) == first
+        )
+    finally:
+        error_index.measure.cache_clear()
+
+
+def test_cuda_messages_cut_short_are_shown_whole_as_torchs_library_holds_them():
+    import mmap
+    from pathlib import Path
+
+    library = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
+    with (
+        library.open("rb") as file,
+        mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data,
+    ):
+        for whole in error_index.CUDA_WHOLE_MESSAGES:
+            body = whole.split(": ", 1)[1].split("Double backwards", 1)[1]
+            assert data.find(("Double backwards" + body).encode()) != -1
+    cut = (
+        "NotImplementedError: the derivative for '_cudnn_rnn_backward' is not "
+        "implemented. Double backwards is not supported for CuDNN RNNs…"
+    )
+    assert error_index.whole_cuda_message(cut) == error_index.CUDA_WHOLE_MESSAGES[0]
+    assert error_index.whole_cuda_message("E: whole") == "E: whole"

@@ -190,6 +190,33 @@ def _builtin_sdpa() -> None:
     _builtin_penalty(torch.nn.functional.scaled_dot_product_attention, q, k, v)
 
 
+def sdpa_condition() -> str:
+    """Which SDPA calls raise at the second backward on the CPU, run now: the fused CPU kernel
+    takes 4-D inputs without dropout; 3-D inputs and ``dropout_p > 0`` take the math path."""
+    import torch
+
+    def raises(shape, dropout_p):
+        q = torch.randn(*shape, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        out = torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=dropout_p)
+        (grad,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
+        try:
+            grad.sum().backward()
+        except RuntimeError:
+            return True
+        return False
+
+    seen = {"4-D, no dropout": raises((1, 2, 8, 8), 0.0),
+            "3-D, no dropout": raises((2, 8, 8), 0.0),
+            "4-D, dropout_p = 0.1": raises((1, 2, 8, 8), 0.1)}  # fmt: skip
+    if seen != {"4-D, no dropout": True, "3-D, no dropout": False, "4-D, dropout_p = 0.1": False}:
+        raise FixIsWrong(f"SDPA's double backward on the CPU changed: raises {seen}")
+    return (
+        "It raises for 4-D inputs (batch, heads, length, features) without dropout, which "
+        "take the fused CPU kernel; with 3-D inputs, or with `dropout_p > 0`, attention takes "
+        "the math path and double backward works (run at build time)."
+    )
+
+
 def _builtin_cdist() -> None:
     import torch
 
@@ -619,7 +646,8 @@ def _write_table(app: Sphinx) -> None:
         check_multi_margin_fix()  # the fix printed computes the loss it replaces
         committed_cuda = cuda_results.load()
         cuda = committed_cuda[-1] if committed_cuda else None
-        notes = {"Marked once differentiable": silent_once_differentiable()}
+        notes = {"Marked once differentiable": silent_once_differentiable(),
+                 "Attention's CPU kernel has no double backward": sdpa_condition()}  # fmt: skip
         return table(by_version("error_index", measure()), cuda, other_causes(messages), notes)
 
     regenerate(path, key, make)

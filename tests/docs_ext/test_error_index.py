@@ -113,3 +113,7 @@ def test_once_differentiable_beside_another_term_is_silent_and_wrong():
     assert right == [5.0, 8.0, 14.0]
     note = error_index.silent_once_differentiable()
     assert "[3.0, 6.0, 12.0] where it is [5.0, 8.0, 14.0]" in note
+
+
+def test_sdpa_raises_on_the_cpu_only_for_4d_inputs_without_dropout():
+    assert "3-D inputs, or with `dropout_p > 0`" in error_index.sdpa_condition()

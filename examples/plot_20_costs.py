@@ -115,11 +115,12 @@ def drops(f):
     return lambda leaf: (leaf, f(leaf * 2))  # the caller keeps x and y only
 
 
+print(f"{'kept for backward, B/elt':<32}{'caller holds g(x)':>18}{'drops g(x)':>12}")
 for label, f in [("Square (saves its input)", Square.apply),
                  ("native (2x)**2 (saves its input)", lambda t: t**2),
                  ("Exp (saves its output)", Exp.apply)]:
-    print(f"{label:<34} caller holds g(x): {kept_beyond_caller(holds(f)):>2.0f} B/elt"
-          f"   caller drops g(x): {kept_beyond_caller(drops(f)):>2.0f} B/elt")
+    print(f"{label:<32}{kept_beyond_caller(holds(f)):>18.0f}"
+          f"{kept_beyond_caller(drops(f)):>12.0f}")
 
 # %%
 # So saving an input is free only where the caller keeps it anyway; saving the output is free

@@ -24,6 +24,7 @@ CUDA unchanged.
 # that run raised, word for word. Nothing here runs on a GPU, and a cell no run produced is
 # not shown.
 import json
+import textwrap
 from importlib.metadata import requires
 from importlib.resources import files
 
@@ -36,8 +37,9 @@ committed = sorted(
 floor = next(r for r in requires("double_backward") if r.replace(" ", "").startswith("torch"))
 probed = [data for data in committed if data["results"]]
 if not probed:
-    print(f"No run of the CUDA probes is committed. The newest file (torch "
-          f"{committed[-1]['torch']}): {committed[-1]['source']}")
+    print("No run of the CUDA probes is committed.")
+    print(f"newest file: torch {committed[-1]['torch']}; this package requires {floor}")
+    print(textwrap.fill(committed[-1]["source"], width=80))
 for data in probed[-1:]:
     env = data["environment"]
     print(f"measured on {data['device']} (compute capability {env['compute_capability']}), "
@@ -194,7 +196,7 @@ except RuntimeError as error:
 #
 # The committed figures, from the newest file that has them:
 newest = [data for data in committed if "attention_cost" in data][-1]
-print(newest["source"])
+print(textwrap.fill(newest["source"], width=80))
 cost = newest["attention_cost"]
 shape = cost["shape"]
 print(f"B={shape['batch']}, H={shape['heads']}, L={shape['length']}, d={shape['features']}, "

@@ -42,6 +42,7 @@ print(f"torch {torch.__version__.split('+')[0]}, gloo, 2 processes on 127.0.0.1"
 # variable ``TORCH_CPP_LOG_LEVEL`` is ``WARNING`` or lower as a process starts (the ranks
 # inherit this process's environment). Here is the warning as a rank logged it, whole:
 import os
+import textwrap
 
 from double_backward.distributed import launch
 
@@ -54,7 +55,8 @@ finally:
     if level is not None:
         os.environ["TORCH_CPP_LOG_LEVEL"] = level
 warning = next(line for line in logged if "DistributedDataParallel with create_graph" in line)
-print(" ".join(warning.split("] ", 1)[1].split()))  # torch's text, its doubled spaces single
+# torch's text, word for word: its doubled spaces made single, wrapped to fit the page.
+print(textwrap.fill(" ".join(warning.split("] ", 1)[1].split()), width=72))
 
 # %%
 # R1 on its own under DDP: not synchronized, then an error

@@ -358,9 +358,9 @@ def about_text(data: dict[str, Any]) -> str:
     """Where the CUDA figures come from, for the text above a table."""
     if not data["results"]:
         return (
-            f"On CUDA: no run of the CUDA probes is committed (the file of torch "
-            f"{data['torch']} holds no trial: {data['source']}), so no CUDA result is shown. "
-            "`nox -s matrix -- --device cuda` on a machine with a GPU writes them."
+            "On CUDA: no run of the CUDA probes is committed, so no CUDA result is shown; "
+            "`nox -s matrix -- --device cuda` on a machine with a GPU writes them. The "
+            f"committed file (torch {data['torch']}): {data['source']}"
         )
     about = data.get("about", {})
     compared = (

@@ -171,7 +171,8 @@ def matrix(session: nox.Session) -> None:
 
     `-- --device cuda`, on a machine with a GPU: runs the CUDA probes (docs/_ext/cuda_results.py)
     with the Python that runs nox and its CUDA torch, and writes
-    src/double_backward/measurements/cuda/torch-<release>.json (GPU name, torch build, date) to commit."""
+    src/double_backward/measurements/cuda/torch-<release>.json (what each probe raised, word for
+    word; the GPU, its compute capability, torch, CUDA and cuDNN versions, the date) to commit."""
     if "--device" in session.posargs:
         device = session.posargs[session.posargs.index("--device") + 1 :][:1]
         if device != ["cuda"]:

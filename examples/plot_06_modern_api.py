@@ -102,19 +102,32 @@ print(f"jvp on both (modern Cube):      diagonal {both.numpy().round(4)}  (6x)")
 # ---------------------------------
 # Dynamo refuses to trace a Function that defines ``jvp`` when an input requires grad, as in
 # training. With ``fullgraph=True`` that is an error; without it the Function runs eagerly at a
-# graph break (:doc:`plot_19_torch_compile`). So give a Function a ``jvp`` when forward mode or
-# ``hessian`` will use it, not by default.
-for requires_grad in (False, True):
-    torch._dynamo.reset()
-    compiled = torch.compile(modern.Square.apply, backend="aot_eager", fullgraph=True)
-    try:
-        compiled(x.detach().requires_grad_(requires_grad))
-        print(f"input requires grad: {requires_grad!s:5}  compiles")
-    except Exception as error:
-        explanation = next(line.strip() for line in str(error).splitlines()
-                           if "Explanation" in line)
-        print(f"input requires grad: {requires_grad!s:5}  {type(error).__name__}: "
-              f"{str(error).splitlines()[0]}\n{'':28}{explanation}")
+# graph break (:doc:`plot_19_torch_compile`). Both Functions with a ``jvp`` here, ``Square``
+# and ``Cube``, compiled with ``backend="aot_eager"`` and ``fullgraph=True``: they compile only
+# while no input requires grad, and then there is no gradient to take. The build fails if a
+# torch release compiles them with an input that requires grad, and the gradients are then
+# compared with the eager ones. So give a Function a ``jvp`` when forward mode or ``hessian``
+# will use it, not by default.
+for function in (modern.Square, modern.Cube):
+    for requires_grad in (False, True):
+        torch._dynamo.reset()
+        compiled = torch.compile(function.apply, backend="aot_eager", fullgraph=True)
+        leaf = x.detach().requires_grad_(requires_grad)
+        try:
+            out = compiled(leaf)
+        except Exception as error:
+            explanation = next(line.strip() for line in str(error).splitlines()
+                               if "Explanation" in line)
+            print(f"{function.__name__:6} input requires grad: {requires_grad!s:5}  "
+                  f"{type(error).__name__}: {str(error).splitlines()[0]}\n{'':35}{explanation}")
+            continue
+        if requires_grad:  # the page's claim no longer holds: check the gradient, and say so
+            (compiled_grad,) = torch.autograd.grad(out.sum(), leaf)
+            (eager_grad,) = torch.autograd.grad(function.apply(leaf).sum(), leaf)
+            torch.testing.assert_close(compiled_grad, eager_grad)
+            raise RuntimeError(f"{function.__name__} with a jvp now compiles with an input "
+                               "that requires grad: this section's claim is out of date")
+        print(f"{function.__name__:6} input requires grad: {requires_grad!s:5}  compiles")
 
 # %%
 # A NumPy forward under ``vmap``

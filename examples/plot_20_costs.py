@@ -54,8 +54,9 @@ print(f"GPU:       {machine['cuda']}")
 # -------------------------------------
 # :func:`~double_backward.costs.saved_tensors` records every tensor packed for backward with
 # :class:`torch.autograd.graph.saved_tensors_hooks`, one entry per storage. An *input* or the
-# *output* costs nothing extra (the caller holds them anyway); an *extra* tensor lives only for
-# backward. The last column is what the ``create_graph=True`` backward saves anew for the
+# *output* costs nothing extra while the caller holds it; one the caller drops stays alive for
+# backward (measured in the next section); an *extra* tensor lives only for backward. The last
+# column is what the ``create_graph=True`` backward saves anew for the
 # second backward. Bytes per element of a float32 input.
 import torch
 
@@ -79,6 +80,51 @@ for name, native in natives.items():
     roles = ", ".join(s.role for s in report.forward)
     print(f"{name:<28} {roles:<22} {report.extra_bytes / n:>11.0f} "
           f"{report.new_in_backward_bytes / n:>9.0f}")
+
+# %%
+# Saving an input the caller drops
+# --------------------------------
+# An input costs nothing extra only while the caller holds it. In ``y = f(g(x))`` the caller
+# keeps ``x`` and ``y``, not ``g(x)``: if ``f`` saves its input, the graph keeps ``g(x)`` alive
+# until backward, where it would have been freed at once. Here ``g(x) = 2x`` saves nothing,
+# and the count is the bytes of the tensors the graph saved that the caller does not hold
+# (counted as above, per storage: exact, the same on every machine).
+from double_backward import Exp, Square
+
+
+def kept_beyond_caller(step):
+    """Bytes the graph saves that the caller's tensors do not hold, per float32 element."""
+    saved = {}
+
+    def pack(tensor):
+        saved[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    leaf = x.detach().requires_grad_()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        held = step(leaf)  # what the caller keeps
+    held_storages = {tensor.untyped_storage().data_ptr() for tensor in held}
+    return sum(b for ptr, b in saved.items() if ptr not in held_storages) / n
+
+
+def holds(f):
+    return lambda leaf: (leaf, h := leaf * 2, f(h))  # the caller keeps g(x) too
+
+
+def drops(f):
+    return lambda leaf: (leaf, f(leaf * 2))  # the caller keeps x and y only
+
+
+print(f"{'kept for backward, B/elt':<32}{'caller holds g(x)':>18}{'drops g(x)':>12}")
+for label, f in [("Square (saves its input)", Square.apply),
+                 ("native (2x)**2 (saves its input)", lambda t: t**2),
+                 ("Exp (saves its output)", Exp.apply)]:
+    print(f"{label:<32}{kept_beyond_caller(holds(f)):>18.0f}"
+          f"{kept_beyond_caller(drops(f)):>12.0f}")
+
+# %%
+# So saving an input is free only where the caller keeps it anyway; saving the output is free
+# either way, since the caller holds ``y`` to use it.
 
 # %%
 # Saved bytes, drawn

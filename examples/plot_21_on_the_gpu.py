@@ -19,39 +19,58 @@ CUDA unchanged.
 # ----------------------------
 # A gradient penalty (``torch.autograd.grad`` with ``create_graph=True``, then a second
 # backward) through each probe, on a GPU. The results are committed JSON, shipped with the
-# package as ``double_backward/measurements/cuda/torch-<release>.json``, with the GPU, the
-# torch build and the date; ``nox -s matrix -- --device cuda`` rewrites the file on a machine
-# with a GPU. This page shows them as measured: nothing here runs on a GPU.
+# package as ``double_backward/measurements/cuda/torch-<release>.json``;
+# ``nox -s matrix -- --device cuda`` writes the file on a machine with a GPU, each cell what
+# that run raised, word for word. Nothing here runs on a GPU, and a cell no run produced is
+# not shown.
 import json
+import textwrap
+from importlib.metadata import requires
 from importlib.resources import files
 
 CUDA_DATA = files("double_backward") / "measurements" / "cuda"
-newest = max(
+committed = sorted(
     (json.loads(path.read_text(encoding="utf-8")) for path in CUDA_DATA.iterdir()
      if path.name.startswith("torch-") and path.name.endswith(".json")),
     key=lambda data: tuple(int(part) for part in data["torch"].split(".")),
 )
-print(f"measured on {newest['device']}, torch {newest['torch_build']}, {newest['measured']}")
-print(f"source: {newest['source']}\n")
-by_op = {}
-for cell, error in newest["results"].items():
-    op, condition, dtype = cell.split(" | ")
-    by_op.setdefault(op, {}).setdefault(error or "passes", []).append(f"{condition} ({dtype})")
-for op, outcomes in by_op.items():
-    print(op)
-    for outcome, where in outcomes.items():
-        print(f"  {outcome}\n    {'; '.join(where)}")
+floor = next(r for r in requires("double_backward") if r.replace(" ", "").startswith("torch"))
+probed = [data for data in committed if data["results"]]
+if not probed:
+    print("No run of the CUDA probes is committed.")
+    print(f"newest file: torch {committed[-1]['torch']}; this package requires {floor}")
+    print(textwrap.fill(committed[-1]["source"], width=80))
+for data in probed[-1:]:
+    env = data["environment"]
+    print(f"measured on {data['device']} (compute capability {env['compute_capability']}), "
+          f"torch {data['torch_build']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, "
+          f"{data['measured']}; this package requires {floor}\n")
+    by_op = {}
+    for cell, error in data["results"].items():
+        op, condition, dtype = cell.split(" | ")
+        if data["stages"].get(cell) == "forward":
+            error = f"refused at the forward (not a double-backward result): {error}"
+        by_op.setdefault(op, {}).setdefault(error or "passes", []).append(f"{condition} ({dtype})")
+    for op, outcomes in by_op.items():
+        print(op)
+        for outcome, where in outcomes.items():
+            print(f"  {outcome}\n    {'; '.join(where)}")
+    print("\nthe default kernel, as autograd recorded it:")
+    for cell, kernel in data["kernels"].items():
+        if "default CUDA kernel" in cell and cell.startswith("nn.functional"):
+            print(f"  {cell.split(' | ')[2]}: {kernel}")
 
 # %%
-# Every fused attention backend raises, in every dtype, causal or not, and the default picks
-# one of them (cuDNN for bfloat16 and float16, efficient attention for float32); only the MATH
-# backend works. cuDNN's RNNs raise in train mode, and in eval mode even the first backward of
-# the penalty fails; with cuDNN off they pass. On the CPU none of these kernels runs.
+# Which kernel the default picks is not fixed by the dtype alone: torch chooses among the fused
+# kernels by the GPU's generation and the cuDNN version, so a run records its choice (the
+# autograd node of the output) beside those versions, and a run on another GPU or cuDNN may
+# choose another. The committed files come from the torch release printed above, which can be
+# older than the floor the package requires.
 #
 # The fixes, one per kernel: attention under ``sdpa_kernel(SDPBackend.MATH)`` (it keeps the
 # L × S attention matrix) or :func:`double_backward.ops.scaled_dot_product_attention`; an RNN's
 # forward under ``torch.backends.cudnn.flags(enabled=False)``, which makes it take the native
-# CUDA kernels. :doc:`/builtins` has them in its CUDA column, and
+# CUDA kernels. :doc:`/builtins` has them in its CUDA column once a run is committed, and
 # :func:`~double_backward.check_model` names them when it finds these kernels in a model.
 
 # %%
@@ -175,11 +194,14 @@ except RuntimeError as error:
 # statistics and sums in float32, as fused kernels do. ``nox -s bench_functions -- --device
 # cuda`` measures the package as it is now, side by side with the targets.
 #
-# The committed figures, from the same file:
+# The committed figures, from the newest file that has them:
+newest = [data for data in committed if "attention_cost" in data][-1]
+print(textwrap.fill(newest["source"], width=80))
 cost = newest["attention_cost"]
 shape = cost["shape"]
 print(f"B={shape['batch']}, H={shape['heads']}, L={shape['length']}, d={shape['features']}, "
-      f"{newest['device']}, torch {newest['torch_build']}, {newest['measured']}")
+      f"{newest['device']}, torch {newest['torch_build']}, {newest['measured']} "
+      f"(this package requires {floor})")
 print(f"{'dtype':<10}{'kernel':<24}{'fwd+bwd':>10}{'penalty':>10}{'peak memory':>13}")
 for row in cost["rows"]:
     forward, penalty, peak = (row["forward_backward_ms"], row["gradient_penalty_ms"],

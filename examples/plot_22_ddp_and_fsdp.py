@@ -3,8 +3,9 @@ Double backward under DDP and FSDP
 ==================================
 
 A gradient penalty (R1, WGAN-GP), MAML or a physics-informed loss differentiates a gradient.
-PyTorch says only that ``DistributedDataParallel`` with
-``create_graph=True`` "is not well-supported". This page shows what happens, each case run
+PyTorch warns that ``DistributedDataParallel`` with
+``create_graph=True`` "is not well-supported", and says why (its whole warning, as this build's
+run logged it, is printed below). This page shows what happens, each case run
 live at build time: real ``torch.distributed`` with the ``gloo`` backend, two processes on
 this machine's loopback interface, each given half of an 8-sample batch. Every rank's gradient
 is compared with one process's on the whole batch: the mean over the two halves of each
@@ -33,6 +34,29 @@ from double_backward.distributed import steps
 
 print(inspect.getsource(steps.r1_penalty))
 print(f"torch {torch.__version__.split('+')[0]}, gloo, 2 processes on 127.0.0.1")
+
+# %%
+# What torch warns
+# ----------------
+# torch logs its DDP warning from C++, to standard error, and only when the environment
+# variable ``TORCH_CPP_LOG_LEVEL`` is ``WARNING`` or lower as a process starts (the ranks
+# inherit this process's environment). Here is the warning as a rank logged it, whole:
+import os
+import textwrap
+
+from double_backward.distributed import launch
+
+level = os.environ.get("TORCH_CPP_LOG_LEVEL")
+os.environ["TORCH_CPP_LOG_LEVEL"] = "WARNING"
+try:
+    logged = launch(steps.create_graph_warnings, world_size=2, timeout=120.0)[0]
+finally:
+    os.environ.pop("TORCH_CPP_LOG_LEVEL")
+    if level is not None:
+        os.environ["TORCH_CPP_LOG_LEVEL"] = level
+warning = next(line for line in logged if "DistributedDataParallel with create_graph" in line)
+# torch's text, word for word: its doubled spaces made single, wrapped to fit the page.
+print(textwrap.fill(" ".join(warning.split("] ", 1)[1].split()), width=72))
 
 # %%
 # R1 on its own under DDP: not synchronized, then an error

@@ -333,3 +333,16 @@ def test_an_error_that_cannot_be_rebuilt_arrives_as_its_text():
         RuntimeError, match="rank 0: NeedsTwoArguments: broken on rank 0"
     ):
         launch(raises_unrebuildable, 2, timeout=TIMEOUT)
+
+
+def test_ddp_create_graph_warning_is_captured_whole(monkeypatch):
+    # The page quotes this warning as a rank logs it; torch logs it only at this level.
+    from double_backward.distributed import launch, steps
+
+    monkeypatch.setenv("TORCH_CPP_LOG_LEVEL", "WARNING")
+    logged = launch(steps.create_graph_warnings, world_size=2, timeout=120.0)[0]
+    (warning, *_) = [line for line in logged if "DistributedDataParallel with create_graph" in line]
+    text = " ".join(warning.split())
+    assert "is not well-supported" in text
+    assert "The higher-order gradient will not be synchronized across ranks" in text
+    assert "backpropagation through all_reduce operations will not occur" in text

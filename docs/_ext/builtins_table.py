@@ -577,6 +577,9 @@ def render(
     then each op's errors and conditions."""
     releases = list(measurements)
     ops = sorted(set().union(*(_failing_ops(m) for m in measurements.values())))
+    about_cuda = [cuda_results.about_text(cuda), ""] if cuda else []
+    # A CUDA column only from a run of the probes: a file without one holds no trial.
+    cuda = cuda if cuda and cuda["results"] else None
     cuda_trials = cuda_results.by_op(cuda) if cuda else {}
     # The CUDA kernels that raise where no CPU kernel does: rows of their own.
     cuda_only = sorted(
@@ -589,7 +592,7 @@ def render(
         + ". ".join(_where_measured(torch, m) for torch, m in measurements.items())
         + ". A release's column counts the op's trials that raised there.",
         "",
-        *([cuda_results.about_text(cuda), ""] if cuda else []),
+        *about_cuda,
         "| Op (its error and conditions below) | "
         + " | ".join(f"torch {torch}" for torch in releases)
         + cuda_header

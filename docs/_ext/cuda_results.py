@@ -2,12 +2,13 @@
 
 A build has no GPU, so nothing here runs a CUDA kernel at build time. The results are committed
 JSON, ``src/double_backward/measurements/cuda/torch-<release>.json`` (shipped with the
-package, which the "On the GPU" page reads): the GPU's name, the torch version and build,
-the date, where the figures come from (``source``), each trial as a cell (``"op | condition |
-dtype"`` -> the first line of its error, ``None`` where the gradient
-penalty ran), and the replacement attention's measured cost (``attention_cost``). Until a GPU
-run is committed, the file holds the measurements of issue 28 (an NVIDIA H200, torch
-2.11.0+cu130, 2026-12-04), labelled as such.
+package, which the "On the GPU" page reads): the GPU, its compute capability, the torch build
+and its CUDA and cuDNN versions, the date, where the figures come from (``source``), each trial
+as a cell (``"op | condition | dtype"`` -> the first line of its error, ``None`` where the
+gradient penalty ran; ``stages``: where it raised; ``kernels``: the output's autograd node, which
+names the kernel that ran), and the replacement attention's measured cost
+(``attention_cost``). Only a run of :func:`run` writes cells; a file without a run holds none,
+and the pages then show no CUDA trial.
 
 ``nox -s matrix -- --device cuda`` runs this module as a script on a machine with a GPU:
 :data:`PROBES` under a gradient penalty on ``cuda``, written with :func:`write` (keeping the
@@ -144,63 +145,101 @@ def first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {str(error).strip().splitlines()[0].rstrip(',')}"
 
 
-def penalty_error(call: Callable[[], object], wrt: list) -> str | None:
-    """The first line of what a gradient penalty raises, or ``None`` where it runs.
+def penalty_outcome(call: Callable[[], object], wrt: list) -> dict[str, str | None]:
+    """What a gradient penalty through ``call`` did: ``error`` (the first line of what it
+    raised, ``None`` where it ran), ``stage`` (where it raised: ``"forward"``, ``"first
+    backward"`` or ``"second backward"``; ``None`` where it ran) and ``kernel`` (the autograd
+    node of the output, which names the kernel that ran: ``ScaledDotProductCudnnAttention
+    Backward0``; ``None`` where the forward raised).
 
     Unlike the CPU scan, an error of the first backward counts too: cuDNN's RNN in eval mode
-    refuses even that, and a penalty then fails at its first step.
+    refuses even that, and a penalty then fails at its first step. An error at the forward is
+    no double-backward result: a kernel that takes no such dtype, say.
     """
     import torch
 
+    outcome: dict[str, str | None] = {"error": None, "stage": "forward", "kernel": None}
     try:
         out = call()
+        outcome["kernel"] = out.grad_fn.name() if out.grad_fn is not None else None
+        outcome["stage"] = "first backward"
         # Fixed weights drawn on the CPU, then moved: the loss is not symmetric.
         generator = torch.Generator().manual_seed(0)
         weights = torch.randn(out.shape, generator=generator).to(out)
         loss = (weights * out * out).sum()
         grads = torch.autograd.grad(loss, wrt, create_graph=True, allow_unused=True)
         penalty = sum((g * g).sum() for g in grads if g is not None)
+        outcome["stage"] = "second backward"
         torch.autograd.grad(penalty, wrt, allow_unused=True)
     except Exception as error:  # noqa: BLE001 - the error is the measurement
-        return first_line(error)
-    return None
+        outcome["error"] = first_line(error)
+        return outcome
+    outcome["stage"] = None
+    return outcome
 
 
-def measure(device: str = "cuda") -> dict[str, str | None]:
-    """Every probe on ``device``: cell -> error (``None``: the penalty ran)."""
+def penalty_error(call: Callable[[], object], wrt: list) -> str | None:
+    """The first line of what a gradient penalty raises, or ``None`` where it runs."""
+    return penalty_outcome(call, wrt)["error"]
+
+
+def measure(device: str = "cuda") -> dict[str, dict[str, str | None]]:
+    """Every probe on ``device``: cell -> :func:`penalty_outcome`."""
     import torch
 
-    results = {}
+    outcomes = {}
     for op, condition, dtypes, make in PROBES:
         for dtype in dtypes:
             call, wrt = make(getattr(torch, dtype), device)
-            results[f"{op} | {condition} | {dtype}"] = penalty_error(call, wrt)
-    return results
+            outcomes[f"{op} | {condition} | {dtype}"] = penalty_outcome(call, wrt)
+    return outcomes
+
+
+def environment(device: str) -> dict[str, str]:
+    """What decides which kernels run: the GPU and its generation (compute capability), the
+    torch build, and the CUDA and cuDNN versions torch was built with."""
+    import torch
+
+    cuda = torch.device(device).type == "cuda"
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    major, minor = torch.cuda.get_device_capability(device) if cuda else (None, None)
+    return {
+        "device": torch.cuda.get_device_name(device) if cuda else "cpu",
+        "compute_capability": f"{major}.{minor}" if cuda else "none (not a GPU)",
+        "torch_build": torch.__version__,
+        "cuda": str(torch.version.cuda),
+        "cudnn": str(cudnn),
+    }
 
 
 def write(
-    results: dict[str, Any],
+    outcomes: dict[str, dict[str, str | None]],
     *,
-    device_name: str,
-    torch_build: str,
+    environment: dict[str, str],
     source: str,
     data_dir: Path = DATA_DIR,
     now: datetime.datetime | None = None,
 ) -> Path:
-    """``results`` as ``<data_dir>/torch-<release>.json``, keeping that file's
-    ``attention_cost`` (measured by ``nox -s bench_functions -- --device cuda``)."""
-    release = torch_build.split("+")[0]
+    """``outcomes`` (from :func:`measure`) as ``<data_dir>/torch-<release>.json``, keeping
+    that file's ``attention_cost`` (measured by ``nox -s bench_functions -- --device cuda``).
+    Every cell is a run's, word for word: ``results`` (the error, ``None`` where the penalty
+    ran), ``stages`` (where each error was raised) and ``kernels`` (the output's autograd
+    node)."""
+    release = environment["torch_build"].split("+")[0]
     path = data_dir / f"torch-{release}.json"
     kept = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     now = now or datetime.datetime.now(datetime.timezone.utc)
     data = {
         "torch": release,
-        "torch_build": torch_build,
-        "device": device_name,
+        "torch_build": environment["torch_build"],
+        "device": environment["device"],
+        "environment": environment,
         "measured": now.strftime("%Y-%m-%d"),
         "source": source,
-        "results": results,
-        "about": {"probes": len(results)},
+        "results": {cell: o["error"] for cell, o in outcomes.items()},
+        "stages": {cell: o["stage"] for cell, o in outcomes.items() if o["error"]},
+        "kernels": {cell: o["kernel"] for cell, o in outcomes.items()},
+        "about": {"probes": len(outcomes)},
     }
     if "attention_cost" in kept:
         data["attention_cost"] = kept["attention_cost"]
@@ -208,6 +247,19 @@ def write(
     text = json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def run(device: str, data_dir: Path = DATA_DIR) -> Path:
+    """Measure every probe on ``device`` and write the file: what ``nox -s matrix --
+    --device cuda`` does (the tests run it on the CPU, into a temporary folder)."""
+    env = environment(device)
+    outcomes = measure(device)
+    source = (
+        f"A run of the probes on {env['device']} (compute capability "
+        f"{env['compute_capability']}) with torch {env['torch_build']}, CUDA {env['cuda']}, "
+        f"cuDNN {env['cudnn']}: every message is the first line of what that run raised."
+    )
+    return write(outcomes, environment=env, source=source, data_dir=data_dir)
 
 
 def load(data_dir: Path = DATA_DIR) -> list[dict[str, Any]]:
@@ -224,8 +276,31 @@ def load(data_dir: Path = DATA_DIR) -> list[dict[str, Any]]:
 
 # -- rendering ---------------------------------------------------------------------------------
 def label(data: dict[str, Any]) -> str:
-    """Where a file's figures come from: ``NVIDIA H200, torch 2.11.0+cu130, 2026-12-04``."""
-    return f"{data['device']}, torch {data['torch_build']}, {data['measured']}"
+    """Where a file's figures come from: ``NVIDIA H200, torch 2.13.0+cu130, 2026-12-04``,
+    with the cuDNN version and compute capability where the run recorded them."""
+    env = data.get("environment", {})
+    versions = (
+        f", cuDNN {env['cudnn']}, compute capability {env['compute_capability']}"
+        if env else ""
+    )
+    return f"{data['device']}, torch {data['torch_build']}{versions}, {data['measured']}"
+
+
+def refused_at_forward(data: dict[str, Any]) -> list[str]:
+    """The cells whose forward raised: no double-backward result (a kernel that takes no
+    such dtype), left out of :func:`by_op`."""
+    stages = data.get("stages", {})
+    return [cell for cell in data["results"] if stages.get(cell) == "forward"]
+
+
+def default_kernels(data: dict[str, Any]) -> dict[str, str]:
+    """dtype -> the autograd node of SDPA's output under the default kernel, as recorded."""
+    chosen = {}
+    for cell, kernel in data.get("kernels", {}).items():
+        op, condition, dtype = split_cell(cell)
+        if op == SDPA and condition == "default CUDA kernel" and kernel:
+            chosen[dtype] = kernel
+    return chosen
 
 
 def split_cell(cell: str) -> tuple[str, str, str]:
@@ -236,7 +311,10 @@ def split_cell(cell: str) -> tuple[str, str, str]:
 def by_op(data: dict[str, Any]) -> dict[str, list[tuple[str, str, str | None]]]:
     """op -> [(condition, dtype, error)] in the file's order."""
     ops: dict[str, list[tuple[str, str, str | None]]] = {}
+    refused = set(refused_at_forward(data))
     for cell, error in data["results"].items():
+        if cell in refused:
+            continue
         op, condition, dtype = split_cell(cell)
         ops.setdefault(op, []).append((condition, dtype, error))
     return ops
@@ -278,17 +356,28 @@ def fix(op: str, trials, fixes: dict[str, str], no_fix: str) -> str:
 
 def about_text(data: dict[str, Any]) -> str:
     """Where the CUDA figures come from, for the text above a table."""
+    if not data["results"]:
+        return (
+            "On CUDA: no run of the CUDA probes is committed, so no CUDA result is shown; "
+            "`nox -s matrix -- --device cuda` on a machine with a GPU writes them. The "
+            f"committed file (torch {data['torch']}): {data['source']}"
+        )
     about = data.get("about", {})
     compared = (
         f" Across {about['opinfo_ops_compared_with_the_cpu']} OpInfo operators in "
         f"{about['opinfo_dtype']}, {about['opinfo_ops_differing_from_the_cpu']} others "
-        "differed between the CPU and CUDA."
+        f"differed between the CPU and CUDA with torch {data['torch']}."
         if "opinfo_ops_compared_with_the_cpu" in about
         else ""
     )
+    refused = refused_at_forward(data)
+    refusals = (
+        f" Refused at the forward, so not a double-backward result and not shown: "
+        f"{'; '.join(refused)}." if refused else ""
+    )
     return (
-        f"On CUDA: {label(data)}. Source: {data['source']}{compared} Shown as measured: "
-        "a build has no GPU and re-runs none of it."
+        f"On CUDA: {label(data)}. Source: {data['source']}{compared}{refusals} Shown as "
+        "that run recorded it: a build has no GPU and re-runs none of it."
     )
 
 
@@ -296,10 +385,11 @@ def cpu_op_cell(data: dict[str, Any]) -> str:
     """The CUDA cell of an op the CUDA run did not probe."""
     about = data.get("about", {})
     if "opinfo_ops_compared_with_the_cpu" in about:
+        # Compared with the CPU of the same torch, which need not be a CPU column's release.
         return (
-            f"as on the CPU (torch {data['torch']}: "
-            f"{about['opinfo_ops_compared_with_the_cpu']} OpInfo ops compared in "
-            f"{about['opinfo_dtype']})"
+            f"as on the CPU with torch {data['torch']} (the CUDA run's release, not a CPU "
+            f"column's): {about['opinfo_ops_compared_with_the_cpu']} OpInfo ops compared in "
+            f"{about['opinfo_dtype']}"
         )
     return "not probed on CUDA"
 
@@ -328,15 +418,10 @@ def main(argv: list[str] | None = None) -> Path:
             f"cuda_results: --device must name an available CUDA device, got {args.device!r} "
             f"(CUDA available: {torch.cuda.is_available()})"
         )
-    results = measure(str(device))
-    path = write(
-        results,
-        device_name=torch.cuda.get_device_name(device),
-        torch_build=torch.__version__,
-        source="nox -s matrix -- --device cuda (docs/_ext/cuda_results.py)",
-    )
-    raised = sum(1 for error in results.values() if error)
-    print(f"{raised} of {len(results)} CUDA trials raised: {path}")
+    path = run(str(device))
+    data = json.loads(path.read_text(encoding="utf-8"))
+    raised = sum(1 for error in data["results"].values() if error)
+    print(f"{raised} of {len(data['results'])} CUDA trials raised: {path}")
     return path
 
 

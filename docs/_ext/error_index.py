@@ -167,6 +167,37 @@ def _once_differentiable() -> None:
     _grad_x(SquareOnceDifferentiable.apply, x, grad_out).sum().backward()
 
 
+def _once_differentiable_loss(loss):
+    """The second derivative of ``loss(x, y)``, ``y = SquareOnceDifferentiable.apply(x)``,
+    asked with ``torch.autograd.grad``: what it raises, or the values it returns."""
+    import torch
+
+    from double_backward.functions.failures import SquareOnceDifferentiable
+
+    x = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    y = SquareOnceDifferentiable.apply(x)
+    (grad_x,) = torch.autograd.grad(loss(x, y), x, create_graph=True)
+    return x, torch.autograd.grad(grad_x.sum(), x)[0]
+
+
+def _once_differentiable_whole_loss() -> None:
+    _once_differentiable_loss(lambda x, y: y.sum())
+
+
+def _once_differentiable_composed_loss() -> None:
+    _once_differentiable_loss(lambda x, y: y.sin().sum())
+
+
+def once_differentiable_silent() -> tuple[list[float], list[float]]:
+    """``y.sum() + (x**3).sum()`` through ``@once_differentiable``: (what grad returns, the
+    right second derivative ``2 + 6x``). Raises if it raised, or returned the right one."""
+    x, second = _once_differentiable_loss(lambda x, y: y.sum() + (x**3).sum())
+    right = 2 + 6 * x.detach()
+    if second.allclose(right):
+        raise FixIsWrong("@once_differentiable beside another term: no longer silent")
+    return second.tolist(), right.tolist()
+
+
 def _no_jvp() -> None:
     import torch
 
@@ -254,6 +285,33 @@ def _builtin_sdpa() -> None:
     _builtin_penalty(torch.nn.functional.scaled_dot_product_attention, q, k, v)
 
 
+def sdpa_condition() -> str:
+    """Which SDPA calls raise at the second backward on the CPU, run now: the fused CPU kernel
+    takes 4-D inputs without dropout; 3-D inputs and ``dropout_p > 0`` take the math path."""
+    import torch
+
+    def raises(shape, dropout_p):
+        q = torch.randn(*shape, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        out = torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=dropout_p)
+        (grad,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
+        try:
+            grad.sum().backward()
+        except RuntimeError:
+            return True
+        return False
+
+    seen = {"4-D, no dropout": raises((1, 2, 8, 8), 0.0),
+            "3-D, no dropout": raises((2, 8, 8), 0.0),
+            "4-D, dropout_p = 0.1": raises((1, 2, 8, 8), 0.1)}  # fmt: skip
+    if seen != {"4-D, no dropout": True, "3-D, no dropout": False, "4-D, dropout_p = 0.1": False}:
+        raise FixIsWrong(f"SDPA's double backward on the CPU changed: raises {seen}")
+    return (
+        "It raises for 4-D inputs (batch, heads, length, features) without dropout, which "
+        "take the fused CPU kernel; with 3-D inputs, or with `dropout_p > 0`, attention takes "
+        "the math path and double backward works (run at build time)."
+    )
+
+
 def _builtin_cdist() -> None:
     import torch
 
@@ -302,6 +360,76 @@ GRAD_MODE_TITLES = (
 
 RECIPE_GRAD_MODE = "auto_examples/recipes/plot_01_grad_mode_in_eval_loops"
 
+
+def multi_margin_loss_by_hand(x, target, margin: float = 1.0):
+    """``F.multi_margin_loss(x, target, margin=margin)`` (p = 1, no weight, mean) with ops that
+    have a double backward: the fix the index prints, checked against the loss at build time."""
+    import torch
+
+    x_target = x.gather(1, target[:, None])
+    terms = torch.clamp(margin - x_target + x, min=0)
+    own = torch.arange(x.shape[1], device=x.device) == target[:, None]  # i = y: left out
+    return torch.where(own, 0, terms).sum(1).div(x.shape[1]).mean()
+
+
+MULTI_MARGIN_FIX = (
+    "Write the loss with differentiable ops: `clamp(margin - x[y] + x, min=0)` without the "
+    "target's own term (i = y), summed over the C classes and divided by C, then averaged "
+    "over the batch: `torch.where(i == y, 0, terms).sum(1).div(C).mean()`. Checked at build "
+    "time against `F.multi_margin_loss` (p = 1, no weight): the value, the gradient, and the "
+    "second derivative through a smooth input (`tanh`) against central differences of the "
+    "loss's own gradient."
+)
+
+
+class FixIsWrong(RuntimeError):
+    """A fix the index prints does not compute what it replaces."""
+
+
+def check_multi_margin_fix() -> dict[str, float]:
+    """The largest differences between :func:`multi_margin_loss_by_hand` and
+    ``F.multi_margin_loss``: value, gradient, and Hessian-vector product of
+    ``z -> loss(tanh(z))`` (the loss's own second derivative, which torch cannot take, from
+    central differences of its first). Raises :class:`FixIsWrong` beyond float64 rounding."""
+    import torch
+    import torch.nn.functional as F
+
+    generator = torch.Generator().manual_seed(0)
+    z = torch.randn(6, 5, generator=generator, dtype=torch.float64, requires_grad=True)
+    u = torch.randn(6, 5, generator=generator, dtype=torch.float64)
+    target = torch.tensor([0, 1, 2, 3, 4, 1])
+
+    def by_hand(t):
+        return multi_margin_loss_by_hand(torch.tanh(t), target)
+
+    def torch_loss(t):
+        return F.multi_margin_loss(torch.tanh(t), target)
+
+    def torch_gradient(t):
+        t = t.detach().requires_grad_()
+        return torch.autograd.grad(torch_loss(t), t)[0]
+
+    (grad,) = torch.autograd.grad(by_hand(z), z, create_graph=True)
+    (hvp,) = torch.autograd.grad((grad * u).sum(), z)
+    h = 1e-5  # tanh's curvature is O(1) and no hinge is within 1e-3 at this seed (checked below)
+    with torch.no_grad():
+        margins = (1 - torch.tanh(z).gather(1, target[:, None]) + torch.tanh(z)).abs()
+    if margins.min() < 1e-3:
+        raise FixIsWrong("check_multi_margin_fix: a hinge lies too near the point")
+    central = (torch_gradient(z + h * u) - torch_gradient(z - h * u)) / (2 * h)
+    errors = {
+        "value": (by_hand(z) - torch_loss(z)).abs().item(),
+        "gradient": (grad - torch_gradient(z)).abs().max().item(),
+        "second derivative": (hvp - central).abs().max().item(),
+        "second derivative (scale)": central.abs().max().item(),
+    }
+    curvature = max(1.0, errors["second derivative (scale)"])
+    if (errors["value"] > 1e-12 or errors["gradient"] > 1e-12
+            or errors["second derivative"] > 1e-6 * curvature):  # fmt: skip
+        raise FixIsWrong(f"the multi_margin_loss fix differs from F.multi_margin_loss: {errors}")
+    return errors
+
+
 # (title, scenario, cause, fix, page)
 SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
     # Grad mode first: the commonest cause of "does not require grad", and not in your code.
@@ -338,11 +466,14 @@ SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
      "in a Function of its own.",
      "auto_examples/plot_03_saving_intermediates"),
     ("The graph misses the input", _graph_misses_input,
-     "The gradient has a graph, but only to `grad_out`, not to `x`.",
+     "The gradient has a graph, but only to the incoming gradient `grad_out`, not to `x`: "
+     "here a `@once_differentiable` backward given a `grad_outputs` that requires grad.",
      "As above; if backward is `@once_differentiable`, that is by design.",
      "auto_examples/plot_13_failure_gallery"),
     ("Marked once differentiable", _once_differentiable,
-     "Backward is marked `@once_differentiable`: first order only, by declaration.",
+     "Backward is marked `@once_differentiable` (first order only, by declaration), and "
+     "the second derivative is asked with `.backward()` while the incoming gradient requires "
+     "grad.",
      "Write backward with differentiable operations and remove the decorator.",
      "auto_examples/plot_08_higher_orders"),
     ("gradgradcheck finds a mismatch", _gradgradcheck_mismatch,
@@ -432,9 +563,51 @@ SCENARIOS += [
     ("A loss's backward has no derivative", _builtin_multi_margin_loss,
      "`F.multi_margin_loss` (and `multilabel_margin_loss`): their backward kernels have no "
      "derivative.",
-     "Write the loss with differentiable ops (`clamp(margin - x[y] + x, min=0)`, averaged).",
+     MULTI_MARGIN_FIX,
      _BUILTINS_PAGE),
 ]  # fmt: skip
+
+
+# title -> [(another cause, a scenario of it)]: other ways to get the same message, each run at
+# build time and required to raise the entry's message word for word.
+ALSO_RAISED_BY: dict[str, list[tuple[str, Callable[[], None]]]] = {
+    "The gradient has no graph": [
+        ("a `@once_differentiable` backward whose output is the whole loss "
+         "(`y.sum()`, asked with `torch.autograd.grad`): the incoming gradient is a constant, "
+         "and the decorator's result has no graph.", _once_differentiable_whole_loss),
+    ],
+    "The graph misses the input": [
+        ("a `@once_differentiable` backward in a composed loss (`y.sin().sum()`, asked "
+         "with `torch.autograd.grad`): the incoming gradient depends on `x`, and the "
+         "decorator's node leads to it, not to `x`.", _once_differentiable_composed_loss),
+    ],
+}  # fmt: skip
+
+
+def other_causes(messages: dict[str, str]) -> dict[str, list[str]]:
+    """title -> the other causes' texts, after running each: every one must raise the whole
+    message the entry's own scenario raised with the installed torch (``messages``)."""
+    found = {}
+    for title, causes in ALSO_RAISED_BY.items():
+        for cause, scenario in causes:
+            message = captured_message(scenario)
+            if message != messages[title]:
+                raise FixIsWrong(
+                    f"error_index: {scenario.__name__} raised {message!r}, not the message of "
+                    f"{title!r} ({messages[title]!r})"
+                )
+            found.setdefault(title, []).append(cause)
+    return found
+
+
+def silent_once_differentiable() -> str:
+    """The index's note on the silent case, with the values computed now."""
+    second, right = once_differentiable_silent()
+    return (
+        "Beside another term that reaches `x` (`y.sum() + (x**3).sum()`), nothing is raised, "
+        f"and the second derivative lacks the Function's term: {second} where it is {right} "
+        "(at x = 0.5, 1, 2; computed at build time)."
+    )
 
 
 def first_line(error: BaseException) -> str:
@@ -586,20 +759,40 @@ def printed(
     return text
 
 
+def scope(title: str, measurements: dict[str, Measurement]) -> str:
+    """Where some measured release raised nothing: which releases the cause holds for."""
+    raised = [tv for tv, m in measurements.items() if m.results.get(title)]
+    silent = [tv for tv, m in measurements.items() if title in m.results
+              and m.results[title] is None]  # fmt: skip
+    if not silent:
+        return ""
+    return (
+        f"In torch {' and '.join(raised)}, not in {' and '.join(silent)}, where the same "
+        "call raised no error: "
+    )
+
+
 def table(
     measurements: dict[str, Measurement],
     cuda: dict | None = None,
     whole: dict[str, str | None] | None = None,
+    also: dict[str, list[str]] | None = None,
+    notes: dict[str, str] | None = None,
 ) -> str:
     """One section per scenario: the message as each torch release printed it (``whole``:
-    the installed torch's whole messages), its cause, its fix, where explained; then the CUDA
-    kernels' messages from the committed ``cuda`` file."""
+    the installed torch's whole messages), its causes (``also``: the others found to print
+    it), its fix, where explained, a ``notes`` line; then the CUDA kernels' messages from the
+    committed ``cuda`` file."""
     whole = whole or {}
     sections = []
+    also, notes = also or {}, notes or {}
     for title, _, cause, fix, page in SCENARIOS:
+        others = "".join(f"- **Also raised by:** {other}\n" for other in also.get(title, []))
+        note = f"- **Note:** {notes[title]}\n" if title in notes else ""
         sections.append(
             f"## {title}\n\n{printed(title, measurements, whole.get(title))}\n\n"
-            f"- **Cause:** {cause}\n- **Fix:** {fix}\n- **Explained in:** {{doc}}`/{page}`\n"
+            f"- **Cause:** {scope(title, measurements)}{cause}\n{others}- **Fix:** {fix}\n"
+            f"{note}- **Explained in:** {{doc}}`/{page}`\n"
         )
     if cuda:
         sections += cuda_sections(cuda)
@@ -676,10 +869,15 @@ def _write_table(app: Sphinx) -> None:
     )
 
     def make() -> str:
-        captured_messages()  # every scenario must raise with the installed torch
+        captured_messages()  # every scenario must raise here
+        messages = {title: m for title, m in measure_whole().items() if m is not None}
+        check_multi_margin_fix()  # the fix printed computes the loss it replaces
         committed_cuda = cuda_results.load()
         cuda = committed_cuda[-1] if committed_cuda else None
-        return table(by_version("error_index", measure()), cuda, measure_whole())
+        notes = {"Marked once differentiable": silent_once_differentiable(),
+                 "Attention's CPU kernel has no double backward": sdpa_condition()}  # fmt: skip
+        return table(by_version("error_index", measure()), cuda, measure_whole(),
+                     other_causes(messages), notes)  # fmt: skip
 
     regenerate(path, key, make)
 

@@ -1,4 +1,7 @@
-"""docs/_ext/cuda_results.py: the CUDA probes' code path (on the CPU), the JSON, the rendering."""
+"""docs/_ext/cuda_results.py: the CUDA probes' code path (on the CPU), the JSON, the rendering.
+
+No GPU runs these tests: :func:`cuda_results.run` is run on the CPU (the same probes, the same
+file), and the CUDA messages the rendering tests use are made up in the shape torch prints."""
 
 from __future__ import annotations
 
@@ -14,52 +17,110 @@ from versioned_results import Measurement
 
 from double_backward.checker.model import FIXES
 
+SDPA = cuda_results.SDPA
+CPU = Measurement("2.13.0", "2026-12-04 16:34 UTC",
+                  {"cdist | p = 2, 5 rows | float64": "NotImplementedError: x"})  # fmt: skip
 
-def test_the_committed_file_is_issue_28s_h200_measurement_labelled_with_its_source():
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory):
+    """The file ``nox -s matrix -- --device cuda`` writes, written by a run on the CPU."""
+    path = cuda_results.run("cpu", tmp_path_factory.mktemp("cuda"))
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def made_up_run() -> dict:
+    """A file as a GPU run would write it; the messages are made up in torch's shape."""
+    flash = "RuntimeError: derivative for aten::_scaled_dot_product_flash_attention_backward"
+    cudnn = "RuntimeError: derivative for aten::_scaled_dot_product_cudnn_attention_backward"
+    rnn_train = "NotImplementedError: the derivative for '_cudnn_rnn_backward' is not implemented."
+    rnn_eval = "RuntimeError: cudnn RNN backward can only be called in training mode"
+    results = {
+        f"{SDPA} | sdpa_kernel(SDPBackend.FLASH_ATTENTION) | float16": flash,
+        f"{SDPA} | sdpa_kernel(SDPBackend.FLASH_ATTENTION) | float32": "RuntimeError: No k",
+        f"{SDPA} | default CUDA kernel | bfloat16": cudnn,
+        f"{SDPA} | sdpa_kernel(SDPBackend.MATH) | float16": None,
+        "nn.LSTM (cuDNN) | train mode | float32": rnn_train,
+        "nn.LSTM (cuDNN) | eval mode | float32": rnn_eval,
+        "nn.LSTM (cuDNN) | train mode, torch.backends.cudnn.flags(enabled=False) | float32": None,
+        "nn.BatchNorm2d | train mode | float32": None,
+    }
+    stages = {cell: "second backward" for cell, error in results.items() if error}
+    stages[f"{SDPA} | sdpa_kernel(SDPBackend.FLASH_ATTENTION) | float32"] = "forward"
+    stages["nn.LSTM (cuDNN) | eval mode | float32"] = "first backward"
+    env = {"device": "GPU X", "compute_capability": "9.0", "torch_build": "2.13.0+cu130",
+           "cuda": "13.0", "cudnn": "91002"}  # fmt: skip
+    return {"torch": "2.13.0", "torch_build": env["torch_build"], "device": env["device"],
+            "environment": env, "measured": "2027-01-02", "source": "a run", "results": results,
+            "stages": stages, "kernels": {f"{SDPA} | default CUDA kernel | bfloat16":
+                                          "ScaledDotProductCudnnAttentionBackward0"}}  # fmt: skip
+
+
+def test_the_committed_file_holds_no_trial_that_no_run_produced():
     (data,) = cuda_results.load()
     assert (data["device"], data["torch_build"], data["measured"]) == (
-        "NVIDIA H200",
-        "2.11.0+cu130",
-        "2026-12-04",
-    )
-    assert data["source"].startswith("issue 28's text")
-    results = data["results"]
-    # The issue: every fused backend raises in float16, bfloat16 and float32; MATH works.
-    for backend, operator in (
-        ("FLASH_ATTENTION", "_scaled_dot_product_flash_attention"),
-        ("EFFICIENT_ATTENTION", "_scaled_dot_product_efficient_attention"),
-        ("CUDNN_ATTENTION", "_scaled_dot_product_cudnn_attention"),
-    ):
-        for dtype in ("float16", "bfloat16", "float32"):
-            cell = f"{cuda_results.SDPA} | sdpa_kernel(SDPBackend.{backend}) | {dtype}"
-            assert operator + "_backward" in results[cell]
-            assert (
-                results[f"{cuda_results.SDPA} | sdpa_kernel(SDPBackend.MATH) | {dtype}"]
-                is None
-            )
-    cost = {
-        (row["dtype"], row["kernel"]): row for row in data["attention_cost"]["rows"]
-    }
+        "NVIDIA H200", "2.11.0+cu130", "2026-12-04",
+    )  # fmt: skip
+    # The probes never ran on a GPU: no cell, and a source a reader understands.
+    assert data["results"] == {} and "stages" not in data
+    assert "issue" not in data["source"] and "no trial is recorded" in data["source"]
+    cost = {(row["dtype"], row["kernel"]): row for row in data["attention_cost"]["rows"]}
     assert cost[("bfloat16", "MATH")]["gradient_penalty_ms"] == 132
-    assert cost[("bfloat16", "ops, blocks of 2^27")]["penalty_peak_gb"] == 12.8
 
 
-def test_the_probes_run_on_the_cpu_and_what_raises_is_the_cpu_flash_kernel():
-    # The code path nox -s matrix -- --device cuda takes, on the CPU: on CUDA the same probes
+def test_the_prepared_run_writes_every_probe_on_the_cpu(cpu_run):
+    # The code path of nox -s matrix -- --device cuda, on the CPU: on CUDA the same probes
     # meet the fused kernels instead.
-    results = cuda_results.measure("cpu")
+    results = cpu_run["results"]
     assert len(results) == sum(len(dtypes) for _, _, dtypes, _ in cuda_results.PROBES)
+    assert cpu_run["environment"]["torch_build"] == torch.__version__
+    assert cpu_run["environment"]["cudnn"] == str(torch.backends.cudnn.version())
+    assert cpu_run["source"].startswith("A run of the probes on cpu")
     for cell, error in results.items():
         op, condition, dtype = cuda_results.split_cell(cell)
         if error:
             assert "scaled_dot_product" in error, cell
+            # The CPU has no efficient or cuDNN kernel: their forward refuses, and that is
+            # recorded as such, not as a double-backward result.
+            cpu_has_it = "EFFICIENT" not in condition and "CUDNN" not in condition
+            stage = "second backward" if cpu_has_it else "forward"
+            assert cpu_run["stages"][cell] == stage, cell
         if "MATH" in condition or op.startswith(("nn.LSTM", "nn.GRU", "nn.RNN")):
             assert error is None, cell  # MATH and the CPU's RNNs have a double backward
-    layer = (
-        "nn.TransformerEncoderLayer (eval) | eval mode, dropout=0, default CUDA kernel"
-    )
-    assert (
-        "_scaled_dot_product_flash_attention_for_cpu" in results[layer + " | float32"]
+    # The kernel the default picked, as autograd recorded it: on the CPU, the CPU flash one.
+    kernels = cuda_results.default_kernels(cpu_run)
+    assert set(kernels) == {"float16", "bfloat16", "float32"}
+    assert kernels["float32"] == "ScaledDotProductFlashAttentionForCpuBackward0"
+    assert "_scaled_dot_product_flash_attention_for_cpu" in results[
+        "nn.TransformerEncoderLayer (eval) | eval mode, dropout=0, default CUDA kernel | float32"
+    ]
+
+
+def test_the_environment_names_what_chooses_the_kernel_on_a_faked_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "GPU X")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    env = cuda_results.environment("cuda")
+    assert env["device"] == "GPU X" and env["compute_capability"] == "9.0"
+    assert env["torch_build"] == torch.__version__
+    assert env["cuda"] == str(torch.version.cuda)
+
+
+def test_a_forward_that_raises_is_recorded_as_such_and_left_out_of_the_results():
+    x = torch.ones(3, requires_grad=True)
+
+    def refuses():
+        raise RuntimeError("No available kernel. Aborting execution.")
+
+    outcome = cuda_results.penalty_outcome(refuses, [x])
+    assert outcome == {"error": "RuntimeError: No available kernel. Aborting execution.",
+                       "stage": "forward", "kernel": None}  # fmt: skip
+    data = made_up_run()
+    refused = f"{SDPA} | sdpa_kernel(SDPBackend.FLASH_ATTENTION) | float32"
+    assert cuda_results.refused_at_forward(data) == [refused]
+    assert all(dtype != "float32" or "FLASH" not in condition
+               for condition, dtype, _ in cuda_results.by_op(data)[SDPA])  # fmt: skip
+    assert f"Refused at the forward, so not a double-backward result and not shown: {refused}" in (
+        cuda_results.about_text(data)
     )
 
 
@@ -75,31 +136,33 @@ def test_a_first_backward_that_raises_counts_as_raising():
         def backward(ctx, grad):
             raise RuntimeError("cudnn RNN backward can only be called in training mode")
 
-    error = cuda_results.penalty_error(lambda: FirstBackwardRaises.apply(x), [x])
-    assert (
-        error == "RuntimeError: cudnn RNN backward can only be called in training mode"
+    outcome = cuda_results.penalty_outcome(lambda: FirstBackwardRaises.apply(x), [x])
+    assert outcome["stage"] == "first backward"
+    assert outcome["error"] == (
+        "RuntimeError: cudnn RNN backward can only be called in training mode"
     )
+    assert outcome["kernel"] == "FirstBackwardRaisesBackward"
 
 
 def test_write_keeps_the_attention_cost_and_labels_the_run(tmp_path):
     (tmp_path / "torch-2.11.0.json").write_text(
         json.dumps({"torch": "2.11.0", "attention_cost": {"rows": [1]}})
     )
+    env = {**made_up_run()["environment"], "torch_build": "2.11.0+cu130"}
     path = cuda_results.write(
-        {"a | b | float32": None},
-        device_name="NVIDIA H200",
-        torch_build="2.11.0+cu130",
-        source="nox -s matrix -- --device cuda",
-        data_dir=tmp_path,
+        {"a | b | float32": {"error": None, "stage": None, "kernel": "MmBackward0"}},
+        environment=env, source="a run", data_dir=tmp_path,
         now=datetime.datetime(2027, 1, 2, tzinfo=datetime.timezone.utc),
-    )
+    )  # fmt: skip
     data = json.loads(path.read_text())
     assert path.name == "torch-2.11.0.json"
     assert data["measured"] == "2027-01-02"
     assert data["attention_cost"] == {"rows": [1]}
-    assert data["device"] == "NVIDIA H200" and data["results"] == {
-        "a | b | float32": None
-    }
+    assert data["results"] == {"a | b | float32": None} and data["stages"] == {}
+    assert data["kernels"] == {"a | b | float32": "MmBackward0"}
+    assert cuda_results.label(data) == (
+        "GPU X, torch 2.11.0+cu130, cuDNN 91002, compute capability 9.0, 2027-01-02"
+    )
 
 
 def test_main_refuses_without_cuda(monkeypatch):
@@ -109,58 +172,61 @@ def test_main_refuses_without_cuda(monkeypatch):
 
 
 def test_each_cuda_error_gets_its_fix():
-    (data,) = cuda_results.load()
-    trials = cuda_results.by_op(data)
-    sdpa_fix = cuda_results.fix(
-        cuda_results.SDPA, trials[cuda_results.SDPA], FIXES, NO_FIX
-    )
+    trials = cuda_results.by_op(made_up_run())
+    sdpa_fix = cuda_results.fix(SDPA, trials[SDPA], FIXES, NO_FIX)
     assert "replaced()" in sdpa_fix and "SDPBackend.MATH" in sdpa_fix
-    lstm_fix = cuda_results.fix(
-        "nn.LSTM (cuDNN)", trials["nn.LSTM (cuDNN)"], FIXES, NO_FIX
-    )
+    lstm_fix = cuda_results.fix("nn.LSTM (cuDNN)", trials["nn.LSTM (cuDNN)"], FIXES, NO_FIX)
     # The eval-mode fix extends the train-mode one: shown once.
     assert lstm_fix.count("cudnn.flags(enabled=False)") == 1 and "eval mode" in lstm_fix
 
 
-def test_the_builtins_table_has_a_cuda_column_and_rows_for_cuda_kernels():
-    (data,) = cuda_results.load()
-    cpu = Measurement("2.13.0", "2026-12-04 16:34 UTC",
-                      {"cdist | p = 2, 5 rows | float64": "NotImplementedError: x"})  # fmt: skip
-    text = render({"2.13.0": cpu}, FIXES, {}, data)
+def test_no_cuda_column_without_a_run():
+    (committed,) = cuda_results.load()
+    text = render({"2.13.0": CPU}, FIXES, {}, committed)
+    header = next(line for line in text.splitlines() if line.startswith("| Op"))
+    assert "CUDA" not in header
+    assert "no run of the CUDA probes is committed" in text
+    assert "not run (a CUDA kernel)" not in text and "Passed on CUDA" not in text
+
+
+def test_the_builtins_table_has_a_cuda_column_from_a_run():
+    text = render({"2.13.0": CPU}, FIXES, {}, made_up_run())
     header = next(line for line in text.splitlines() if line.startswith("| Op"))
     assert header.endswith(
-        "| CUDA (NVIDIA H200, torch 2.11.0+cu130, 2026-12-04) | Fix |"
+        "| CUDA (GPU X, torch 2.13.0+cu130, cuDNN 91002, compute capability 9.0, "
+        "2027-01-02) | Fix |"
     )
     cdist = next(line for line in text.splitlines() if line.startswith("| [`cdist`]"))
-    assert "as on the CPU (torch 2.11.0: 540 OpInfo ops compared in float32)" in cdist
+    assert "not probed on CUDA" in cdist
     lstm = next(line for line in text.splitlines() if "`nn.LSTM (cuDNN)`" in line)
-    assert "not run (a CUDA kernel)" in lstm and "raised in 2 of 4 trials" in lstm
-    assert "Passed on CUDA:" in text and "`nn.BatchNorm2d`" in text
+    assert "not run (a CUDA kernel)" in lstm and "raised in 2 of 3 trials" in lstm
+    assert "Passed on CUDA: `nn.BatchNorm2d`." in text
+
+
+def test_an_unprobed_op_names_the_release_it_was_compared_on():
+    data = {**made_up_run(), "about": {"opinfo_ops_compared_with_the_cpu": 540,
+                                       "opinfo_dtype": "float32"}}  # fmt: skip
+    assert cuda_results.cpu_op_cell(data) == (
+        "as on the CPU with torch 2.13.0 (the CUDA run's release, not a CPU column's): "
+        "540 OpInfo ops compared in float32"
+    )
 
 
 def test_the_error_index_lists_the_cuda_messages_labelled():
-    (data,) = cuda_results.load()
-    sections = cuda_sections(data)
+    sections = cuda_sections(made_up_run())
     titles = [section.splitlines()[0] for section in sections]
-    assert (
-        "## On CUDA: _scaled_dot_product_cudnn_attention has no double backward"
-        in titles
-    )
-    assert (
-        "## On CUDA: cudnn RNN backward can only be called in training mode" in titles
-    )
-    assert all("NVIDIA H200, torch 2.11.0+cu130, 2026-12-04" in s for s in sections)
+    assert "## On CUDA: _scaled_dot_product_cudnn_attention has no double backward" in titles
+    assert "## On CUDA: cudnn RNN backward can only be called in training mode" in titles
+    assert not any("No k" in section for section in sections)  # refused at the forward
+    assert all("GPU X, torch 2.13.0+cu130" in s for s in sections)
     assert cuda_title("RuntimeError: x") == "On CUDA: x"
+    (committed,) = cuda_results.load()
+    assert cuda_sections(committed) == []
 
 
 def test_a_cuda_cell_names_the_conditions_it_passed_and_raised_in():
     # A row whose CPU trials raise (need_weights=False) must not read as fixed on CUDA.
     passed = [("need_weights=True (the default)", "float32", None)]
-    assert (
-        cuda_results.summary(passed)
-        == "passed: need_weights=True (the default) (float32)"
-    )
+    assert cuda_results.summary(passed) == "passed: need_weights=True (the default) (float32)"
     raised = [("eval mode", "float32", "RuntimeError: x")]
-    assert (
-        cuda_results.summary(raised) == "raised in 1 of 1 trials: eval mode (float32)"
-    )
+    assert cuda_results.summary(raised) == "raised in 1 of 1 trials: eval mode (float32)"

@@ -179,3 +179,49 @@ def test_cuda_messages_cut_short_are_shown_whole_as_torchs_library_holds_them():
     )
     assert error_index.whole_cuda_message(cut) == error_index.CUDA_WHOLE_MESSAGES[0]
     assert error_index.whole_cuda_message("E: whole") == "E: whole"
+
+
+def test_the_cause_is_scoped_to_the_releases_that_raise():
+    text = error_index.table(_releases({TITLE: None}))
+    section = text.split(f"## {TITLE}")[1].split("\n## ")[0]
+    scoped = "- **Cause:** In torch 2.13.0, not in 2.14.1, where the same call raised no error"
+    assert scoped in section
+    assert "In torch" not in error_index.table(_releases({TITLE: "RuntimeError: old wording"}))
+
+
+def test_multi_margin_fix_matches_the_loss_to_the_second_derivative():
+    errors = error_index.check_multi_margin_fix()
+    assert errors["value"] < 1e-12 and errors["gradient"] < 1e-12
+    assert errors["second derivative"] < 1e-6 * errors["second derivative (scale)"]
+    assert errors["second derivative (scale)"] > 1e-3  # a second derivative that is not zero
+
+
+def test_multi_margin_fix_with_the_target_term_fails_the_check(monkeypatch):
+    import torch
+
+    def with_target_term(x, target, margin=1.0):  # the fix as the index printed it before
+        return torch.clamp(margin - x.gather(1, target[:, None]) + x, min=0).mean()
+
+    monkeypatch.setattr(error_index, "multi_margin_loss_by_hand", with_target_term)
+    with pytest.raises(error_index.FixIsWrong, match="value"):
+        error_index.check_multi_margin_fix()
+
+
+def test_other_causes_raise_the_entry_message_or_the_build_fails():
+    messages = {t: m for t, m in error_index.measure_whole().items() if m is not None}
+    found = error_index.other_causes(messages)
+    assert set(found) == set(error_index.ALSO_RAISED_BY)
+    with pytest.raises(error_index.FixIsWrong, match="_once_differentiable_whole_loss"):
+        error_index.other_causes({**messages, "The gradient has no graph": "E: other"})
+
+
+def test_once_differentiable_beside_another_term_is_silent_and_wrong():
+    second, right = error_index.once_differentiable_silent()
+    assert second == [3.0, 6.0, 12.0]  # 6x: the Function's own term, 2, is missing
+    assert right == [5.0, 8.0, 14.0]
+    note = error_index.silent_once_differentiable()
+    assert "[3.0, 6.0, 12.0] where it is [5.0, 8.0, 14.0]" in note
+
+
+def test_sdpa_raises_on_the_cpu_only_for_4d_inputs_without_dropout():
+    assert "3-D inputs, or with `dropout_p > 0`" in error_index.sdpa_condition()

@@ -100,3 +100,29 @@ def _unwrapped(model: nn.Module) -> nn.Module:
     from torch.nn.parallel import DistributedDataParallel
 
     return model.module if isinstance(model, DistributedDataParallel) else model
+
+
+def create_graph_warnings(rank: int, world_size: int) -> list[str]:
+    """What torch's C++ code writes to standard error, line by line, when a rank runs a
+    backward with ``create_graph=True`` under DDP. torch logs its DDP warning there (not
+    through Python's warnings), and only with ``TORCH_CPP_LOG_LEVEL=WARNING`` or lower set
+    before torch is imported."""
+    import os
+    import tempfile
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = DistributedDataParallel(make_critic())
+    x = batch()[rank::world_size]
+    with tempfile.TemporaryFile() as captured:
+        saved = os.dup(2)
+        os.dup2(captured.fileno(), 2)
+        try:
+            model(x).sum().backward(create_graph=True)
+        except RuntimeError:
+            pass  # DDP's in-place all-reduce of a gradient that has a graph; not shown here
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        return captured.read().decode(errors="replace").splitlines()

@@ -1,10 +1,11 @@
 """The fixes for the CUDA kernels that have no double backward, keyed as ``model.FIXES`` is.
 
-Measured on an NVIDIA H200 with torch 2.11.0+cu130 (issue 28): a gradient penalty through
-``F.scaled_dot_product_attention`` raises with each fused backend (flash, efficient, cuDNN;
-float16, bfloat16 and float32, causal or not), and through cuDNN's ``nn.LSTM``, ``nn.GRU`` and
-``nn.RNN`` in train mode; in eval mode even the penalty's first backward raises. On the CPU
-none of these kernels runs. Keys are the ATen operator an error names, ``_backward`` stripped
+The kernels, as a report of a run on an NVIDIA H200 with torch 2.11.0+cu130 named them (no
+probe run of ``nox -s matrix -- --device cuda`` is committed yet): a gradient penalty through
+``F.scaled_dot_product_attention`` raises with each fused backend (flash, efficient, cuDNN) in
+the dtypes it takes, and through cuDNN's ``nn.LSTM``, ``nn.GRU`` and ``nn.RNN`` in train mode;
+in eval mode even the penalty's first backward raises. On the CPU none of these kernels runs.
+Keys are the ATen operator an error names, ``_backward`` stripped
 (as :func:`~double_backward.checker.model.fix_for` looks them up), and the eval-mode error's
 message, which names no operator.
 """

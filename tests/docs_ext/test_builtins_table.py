@@ -197,25 +197,9 @@ def test_the_committed_scan_is_for_the_torch_it_names():
         pytest.skip("the committed rows are re-run with torch 2.13.0 only")
 
 
-# torch 2.14.1's file was measured before issue 42 added probes (unfold, fold, max_pool2d,
-# grid_sample on non-empty inputs): this machine has no CPU wheel of 2.14.1 to measure it
-# again. Strict: once `nox -s matrix -- 2.14.1` is committed, the mark must go.
-MEASURED_BEFORE_THE_NEW_PROBES = {"torch-2.14.1"}
-
-
 @pytest.mark.parametrize(
     "file",
-    [
-        pytest.param(
-            file,
-            marks=pytest.mark.xfail(
-                strict=True, reason="measured before the probes of issue 42"
-            ),
-        )
-        if file.stem in MEASURED_BEFORE_THE_NEW_PROBES
-        else file
-        for file in vr.committed_files(table.NAME)
-    ],
+    vr.committed_files(table.NAME),
     ids=lambda f: f.stem,
 )
 def test_every_committed_release_ran_every_probe_in_both_dtypes(file):

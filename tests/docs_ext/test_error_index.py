@@ -223,5 +223,24 @@ def test_once_differentiable_beside_another_term_is_silent_and_wrong():
     assert "[3.0, 6.0, 12.0] where it is [5.0, 8.0, 14.0]" in note
 
 
-def test_sdpa_raises_on_the_cpu_only_for_4d_inputs_without_dropout():
-    assert "3-D inputs, or with `dropout_p > 0`" in error_index.sdpa_condition()
+def _plain_sdpa_double_backward_raises(shape) -> bool:
+    """Plain torch, other shapes than the extension's: does a gradient penalty through SDPA
+    on the CPU raise at its second backward?"""
+    q, k, v = (torch.randn(*shape, requires_grad=True) for _ in range(3))
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    grads = torch.autograd.grad(out.sum(), (q, k, v), create_graph=True)
+    try:
+        torch.autograd.grad(sum(g.square().sum() for g in grads), (q, k, v))
+    except RuntimeError:
+        return True
+    return False
+
+
+def test_sdpa_condition_says_what_this_release_does_with_3d_inputs():
+    note = error_index.sdpa_condition()
+    assert note.startswith(f"On torch {torch.__version__.split('+')[0]}, it raises for 4-D")
+    assert _plain_sdpa_double_backward_raises((2, 3, 5, 4))  # the entry's own case
+    if _plain_sdpa_double_backward_raises((3, 5, 4)):
+        assert "3-D inputs (batch, length, features) raise too" in note
+    else:
+        assert "with 3-D inputs, or with `dropout_p > 0`, attention takes the math path" in note

@@ -49,6 +49,8 @@ TOLERANCE: dict[torch.dtype, float] = {
 KINK = "kink crossed"
 DISAGREE = "steps disagree"
 NON_FINITE = "non-finite values"
+#: How much finer than the step that decided :func:`settled` sweeps again.
+FINER = 100.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +61,8 @@ class Difference:
     step: float | None  # the step that decided, relative to the direction's scale
     decided: bool
     reason: str  # "" when decided; else why: "kink crossed", "steps disagree", "non-finite values"
+    # Decided by :func:`settled` at a finer step than a first value it replaced (a staircase).
+    refined: bool = False
 
 
 def real_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -115,9 +119,9 @@ def central_difference(
     wide = torch.complex128 if center.is_complex() else torch.float64
 
     def at(t: float) -> torch.Tensor:
-        return along(t).detach().to(wide)
+        return _mutable(along(t).detach().to(wide))
 
-    f0 = center.detach().to(wide)
+    f0 = _mutable(center.detach().to(wide))
     if not torch.isfinite(f0).all():
         return Difference(None, None, False, NON_FINITE)
     reasons = []
@@ -178,6 +182,57 @@ def central_difference(
         KINK if KINK in reasons else DISAGREE if DISAGREE in reasons else NON_FINITE
     )
     return Difference(None, None, False, reason)
+
+
+def settled(
+    along: Callable[[float], torch.Tensor],
+    found: Difference,
+    accept: Callable[[torch.Tensor], bool],
+    *,
+    dtype: torch.dtype,
+    tolerance: float | None = None,
+    scale: float = 0.0,
+) -> Difference:
+    """``found`` (a decided difference ``accept`` rejects) tried again at finer steps, for as
+    long as its value changes with the step.
+
+    A function piecewise constant on a finer scale than the step (``round(x, decimals=3)``
+    at a step of 5e-2 crosses 100 stairs) looks smooth at that step, and at every step
+    down to the stairs' width, with the slope of the staircase; below the stairs it is flat.
+    So the sweep starts again two decades finer (``FINER``): a value that changes there is
+    replaced by the finer one; one that does not is returned as it is (a backward that is
+    wrong: one sweep more). When no finer step decides, ``found`` is returned too: a jump
+    at the point itself (every step crosses it) and rounding at the finer steps (a float32
+    part) look alike there, and a wrong backward must not become "undecided"; gradcheck
+    fails at such a jump as well. Only a rejected value is tried again: no cost where
+    ``accept`` is met.
+    """
+    computed = real_dtype(dtype)
+    tolerance = TOLERANCE.get(computed, 1e-4) if tolerance is None else tolerance
+    while found.value is not None and found.step is not None and not accept(found.value):
+        known = STEPS.get(computed, ())
+        steps = [h for h in known if h <= found.step / FINER] or [
+            h for h in known[-1:] if h < found.step
+        ]
+        if not steps:
+            return found
+        finer = central_difference(
+            along, dtype=dtype, steps=steps, tolerance=tolerance, scale=scale
+        )
+        if finer.value is None:
+            return found
+        size = max(scale, _norm(finer.value), _norm(found.value))
+        if _norm(finer.value - found.value) <= 3 * tolerance * size:
+            return found  # the same at a finer step: the derivative, not a staircase
+        found = dataclasses.replace(finer, refined=True)
+    return found
+
+
+def _mutable(value: torch.Tensor) -> torch.Tensor:
+    """``value``, or a materialized copy of it if it is one of the read-only zero tensors
+    torch returns for a derivative it knows is zero (sgn's second derivative): gradcheck and
+    gradgradcheck clone what they differentiate too. Others are not copied (no cost)."""
+    return value.clone() if value._is_zerotensor() else value
 
 
 def _kink_at_zero(kinks: list[tuple[float, float]]) -> bool:

@@ -335,7 +335,7 @@ def _difference(along: Callable[[float], torch.Tensor], c: float, s: Settings,
                 scale: float, accept: Callable[[torch.Tensor], bool] | None = None,
                 ) -> Difference:  # fmt: skip
     """The derivative along a direction scaled by ``c``, per unit of that direction; one that
-    ``accept`` rejects is tried at finer steps while it changes with the step (a staircase)."""
+    ``accept`` rejects is tried again at finer steps (a staircase: settled)."""
     found = central_difference(along, dtype=s.dtype, scale=scale * c)
     if accept is not None and found.value is not None:
         found = settled(along, found, lambda value: accept(value / c), dtype=s.dtype,

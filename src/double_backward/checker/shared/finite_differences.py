@@ -193,38 +193,31 @@ def settled(
     tolerance: float | None = None,
     scale: float = 0.0,
 ) -> Difference:
-    """``found`` (a decided difference ``accept`` rejects) tried again at finer steps, for as
-    long as its value changes with the step.
+    """``found``, or where ``accept`` rejects its value, the sweep again from two decades
+    finer (``FINER``) if that decides a value ``accept`` takes (``refined``).
 
     A function piecewise constant on a finer scale than the step (``round(x, decimals=3)``
-    at a step of 5e-2 crosses 100 stairs) looks smooth at that step, and at every step
-    down to the stairs' width, with the slope of the staircase; below the stairs it is flat.
-    So the sweep starts again two decades finer (``FINER``): a value that changes there is
-    replaced by the finer one; one that does not is returned as it is (a backward that is
-    wrong: one sweep more). When no finer step decides, ``found`` is returned too: a jump
-    at the point itself (every step crosses it) and rounding at the finer steps (a float32
-    part) look alike there, and a wrong backward must not become "undecided"; gradcheck
-    fails at such a jump as well. Only a rejected value is tried again: no cost where
-    ``accept`` is met.
+    at a step of 5e-2 crosses 100 stairs) looks smooth at that step, and at every step down
+    to the stairs' width, with the slope of the staircase; below the stairs it is flat, as
+    its derivative says. A backward that is wrong gets the same value at the finer step,
+    and ``found`` is returned; so it is when no finer step decides: a jump at the point
+    itself (every step crosses it) and rounding at the finer steps (a float32 part) look
+    alike there, and a wrong backward must not become "undecided" (gradcheck fails at such
+    a jump as well). Only a rejected value costs a sweep more.
     """
-    computed = real_dtype(dtype)
-    tolerance = TOLERANCE.get(computed, 1e-4) if tolerance is None else tolerance
-    while found.value is not None and found.step is not None and not accept(found.value):
-        known = STEPS.get(computed, ())
-        steps = [h for h in known if h <= found.step / FINER] or [
-            h for h in known[-1:] if h < found.step
-        ]
-        if not steps:
-            return found
-        finer = central_difference(
-            along, dtype=dtype, steps=steps, tolerance=tolerance, scale=scale
-        )
-        if finer.value is None:
-            return found
-        size = max(scale, _norm(finer.value), _norm(found.value))
-        if _norm(finer.value - found.value) <= 3 * tolerance * size:
-            return found  # the same at a finer step: the derivative, not a staircase
-        found = dataclasses.replace(finer, refined=True)
+    if found.value is None or found.step is None or accept(found.value):
+        return found
+    known = STEPS.get(real_dtype(dtype), ())
+    steps = [h for h in known if h <= found.step / FINER] or [
+        h for h in known[-1:] if h < found.step
+    ]
+    if not steps:
+        return found
+    finer = central_difference(
+        along, dtype=dtype, steps=steps, tolerance=tolerance, scale=scale
+    )
+    if finer.value is not None and accept(finer.value):
+        return dataclasses.replace(finer, refined=True)
     return found
 
 

@@ -211,3 +211,53 @@ def test_a_step_leaving_the_domain_is_skipped_and_an_error_at_every_step_is_rais
 
     with pytest.raises(RuntimeError, match="broken"):
         central_difference(broken, dtype=torch.float64)
+
+
+# -- settled: a rejected value tried again at finer steps (issue 37) -----------------------
+def _staircase(at: float):
+    """round(at + t, decimals=3) with its derivative, 0 between the stairs."""
+    return lambda t: torch.round(
+        torch.tensor([at + t], dtype=torch.float64), decimals=3
+    )
+
+
+def test_a_staircase_looks_smooth_at_a_large_step_and_flat_below_its_stairs():
+    along = _staircase(0.2)
+    coarse = central_difference(along, dtype=torch.float64)
+    # Across many stairs of 1e-3, the staircase has the slope of the identity.
+    assert coarse.decided and float(coarse.value) == pytest.approx(1.0, abs=0.05)
+    found = fd.settled(
+        along, coarse, lambda value: abs(float(value)) < 1e-3, dtype=torch.float64
+    )
+    assert found.decided and found.refined and float(found.value) == 0.0
+    assert found.step <= coarse.step / fd.FINER
+
+
+def test_a_value_that_does_not_change_with_the_step_is_kept():
+    # A smooth function whose derivative (2) a wrong backward would not match: kept.
+    along = lambda t: torch.tensor([2.0 * (0.3 + t)], dtype=torch.float64)  # noqa: E731
+    coarse = central_difference(along, dtype=torch.float64)
+    found = fd.settled(along, coarse, lambda value: False, dtype=torch.float64)
+    assert found == coarse and not found.refined
+
+
+def test_a_jump_at_the_point_keeps_the_value_found():
+    # 1e-13 from a stair's edge: every step below the stairs crosses the jump, and no finer
+    # step decides; the value stands (as gradcheck fails there too), never a pass.
+    along = _staircase(0.0005 + 1e-13)
+    coarse = central_difference(along, dtype=torch.float64)
+    assert coarse.decided
+    found = fd.settled(
+        along, coarse, lambda value: abs(float(value)) < 1e-3, dtype=torch.float64
+    )
+    assert found == coarse
+
+
+def test_a_read_only_zero_tensor_is_differenced():
+    # What torch returns for a derivative it knows is zero (sgn's second derivative).
+    zero = torch._efficientzerotensor(3, dtype=torch.float64)
+    assert zero._is_zerotensor()
+    found = central_difference(lambda t: zero, dtype=torch.float64, scale=1.0)
+    assert found.decided and torch.equal(
+        found.value, torch.zeros(3, dtype=torch.float64)
+    )

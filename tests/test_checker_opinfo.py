@@ -35,9 +35,9 @@ MANY_SAMPLES = [
 EVERY = 8
 
 
-def _samples(name: str):
-    (op,) = [o for o in op_db if o.name == name and not o.variant_test_name]
-    return op, list(op.sample_inputs("cpu", torch.float64, requires_grad=True))
+def _samples(name: str, variant: str = "", dtype: torch.dtype = torch.float64):
+    (op,) = [o for o in op_db if o.name == name and o.variant_test_name == variant]
+    return op, list(op.sample_inputs("cpu", dtype, requires_grad=True))
 
 
 def _torch_passes(op, sample) -> bool:
@@ -62,8 +62,8 @@ def _torch_passes(op, sample) -> bool:
             return False
 
 
-def _alarms(name: str, every: int = 1) -> list[str]:
-    op, samples = _samples(name)
+def _alarms(name: str, every: int = 1, variant: str = "") -> list[str]:
+    op, samples = _samples(name, variant)
     alarms = []
     for number, sample in enumerate(samples[::every]):
         if not _torch_passes(op, sample):
@@ -88,3 +88,67 @@ def test_no_false_alarm_on_every_eighth_sample(name):
 @pytest.mark.parametrize("name", MANY_SAMPLES)
 def test_no_false_alarm_on_any_sample(name):
     assert _alarms(name) == []
+
+
+# Issue 37: round(decimals=3) on a 0-dim sample (central differences at the larger steps
+# crossed many of its stairs and saw the staircase's slope, 1) and sgn on real float64
+# (its second derivative is one of torch's read-only zero tensors, which finite differences
+# divided in place; gradgradcheck clones what it differentiates).
+@pytest.mark.parametrize(("name", "variant"), [("round", "decimals_3"), ("sgn", "")])
+def test_no_false_alarm_on_a_staircase_or_a_zero_tensor(name, variant):
+    assert _alarms(name, variant=variant) == []
+
+
+def test_a_staircase_crossed_is_said_and_not_a_failure():
+    op, samples = _samples("round", "decimals_3")
+    (sample,) = [s for s in samples if s.input.dim() == 0]
+    assert _torch_passes(op, sample)
+    x = sample.input.detach()
+    # Plain torch: 10x the stairs' width, the staircase's slope is 1; at a tenth of it, 0.
+    wide, narrow = 1e-2, 1e-4
+    for h, slope in ((wide, 1.0), (narrow, 0.0)):
+        step = (torch.round(x + h, decimals=3) - torch.round(x - h, decimals=3)) / (
+            2 * h
+        )
+        assert abs(float(step) - slope) < 0.2, (h, float(step))
+    report = check(op.op, sample.input, *sample.args, kwargs=dict(sample.kwargs))
+    assert report.ok, str(report)
+    assert any("piecewise-constant" in note for note in report.notes), str(report)
+
+
+def test_a_wrong_backward_is_still_found_below_the_step_it_failed_at():
+    class DoubledTanh(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return torch.tanh(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 2 * g * (1 - torch.tanh(x) ** 2)  # twice the derivative
+
+    x = torch.randn(5, dtype=torch.float64)
+    assert not gradcheck(
+        DoubledTanh.apply, (x.requires_grad_(),), raise_exception=False
+    )
+    report = check(DoubledTanh.apply, x)
+    assert "first-order" in report.problem_names(), str(report)
+    assert not any("piecewise-constant" in note for note in report.notes)
+
+
+def test_complex32_gets_a_verdict_not_a_crash():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ComplexHalf support is experimental
+        op, samples = _samples("chalf", dtype=torch.complex32)
+    for sample in samples:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # torch's own reference cannot check complex32 either
+            assert not gradgradcheck(op.op, (sample.input,), raise_exception=False)
+            report = check(
+                op.op, sample.input, *sample.args, kwargs=dict(sample.kwargs)
+            )
+        assert report.problem_names() == {"unsupported-dtype"}, str(report)
+        text = str(report)
+        assert "complex32 (torch.chalf)" in text and "complex64" in text, text

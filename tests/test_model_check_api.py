@@ -578,14 +578,21 @@ def _r1_second_derivative_error(layer: nn.Module, x: torch.Tensor) -> float:
     return abs(analytic - numeric) / max(abs(analytic), abs(numeric))
 
 
-def test_spectral_norm_training_is_named_its_power_iteration():
+def test_spectral_norm_training_is_ok_its_power_iteration_held():
+    """Plain torch: shifted forwards that run the iteration again (buffers put back before
+    each) see u and v move with the weight, a derivative autograd never takes; with u and v
+    held where a training forward leaves them (eval mode reads them), central differences
+    agree. check_model holds them: ok, with a note."""
     torch.manual_seed(0)
     layer = nn.utils.spectral_norm(nn.Linear(3, 4)).double()
-    assert _r1_second_derivative_error(layer, torch.randn(2, 3)) > 1e-3  # plain torch
+    x = torch.randn(2, 3)
+    assert _r1_second_derivative_error(layer, x) > 1e-3  # u and v moving
+    with torch.no_grad():
+        layer(x.double())  # one training forward: u and v where training leaves them
+    assert _r1_second_derivative_error(layer.eval(), x) < 1e-6  # u and v held
     torch.manual_seed(0)
     model = nn.Sequential(nn.utils.spectral_norm(nn.Linear(3, 4)), nn.Tanh())
     report = check_model(model, torch.randn(2, 3))
-    assert [(b.module, b.op, b.kind) for b in report.breaks] == [
-        ("0", "spectral norm's power iteration", "silent")
-    ], str(report)
-    assert check_model(model.eval(), torch.randn(2, 3)).ok  # the printed fix
+    assert report.ok and not report.breaks, str(report)
+    assert "spectral norm in train mode (0)" in str(report), str(report)
+    assert "spectral norm" not in str(check_model(model.eval(), torch.randn(2, 3)))

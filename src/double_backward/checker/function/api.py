@@ -105,7 +105,11 @@ def check(
     if called is None:
         return report
     inputs, outputs = called
-    if not _choose_outputs(call, outputs, report) or not _finite(call, outputs, report):
+    if (
+        not _choose_outputs(call, outputs, report)
+        or not _supported(call, outputs, report)
+        or not _finite(call, outputs, report)
+    ):
         return report
     dtype = real_dtype(inputs[0])
     numel_out = sum(outputs[i].numel() for i in call.kept)  # type: ignore[union-attr]
@@ -128,7 +132,15 @@ def check(
 
     if points is None:
         points = 1 if settings.gradcheck_mode == "none" else 2
-    if not _check_points(call, inputs, points, settings, found, weights, report):
+    checked = _check_points(call, inputs, points, settings, found, weights, report)
+    if settings.staircases:
+        report.notes.append(
+            f"{settings.staircases} direction(s) were decided at a finer step: at the "
+            "larger, central differences crossed the jumps of a piecewise-constant function "
+            "(a staircase, as round() makes, looks smooth with its own slope across many "
+            "stairs); below the stairs it is flat, as its derivative says."
+        )
+    if not checked:
         return report
     _describe_passing(call, inputs, weights, found, report)
     if not surrogate_gradient:
@@ -250,6 +262,27 @@ def _choose_outputs(call: Call, outputs: list[object], report: Report) -> bool:
             "arrays) and do not mark the main output non-differentiable."
         )))  # fmt: skip
     return bool(call.kept)
+
+
+#: Dtypes torch implements too few operators in to check derivatives there (torch.equal,
+#: norms and most arithmetic raise "not implemented for 'ComplexHalf'").
+UNSUPPORTED = {torch.complex32: "complex32 (torch.chalf)"}
+
+
+def _supported(call: Call, outputs: list[object], report: Report) -> bool:
+    """No kept output in a dtype the checks cannot compute in (complex32)."""
+    bad = [(i, outputs[i].dtype) for i in call.kept  # type: ignore[union-attr]
+           if outputs[i].dtype in UNSUPPORTED]  # type: ignore[union-attr]  # fmt: skip
+    if bad:
+        named = ", ".join(f"output {i} is {UNSUPPORTED[d]}" for i, d in bad)
+        report.problems.append(Problem("unsupported-dtype", (
+            f"{named}, a dtype torch implements too few operators in for derivatives to "
+            "be compared there (torch.equal, norms, most arithmetic), so nothing was "
+            "checked. Supported: float64 (the default), float32, float16 and bfloat16, and "
+            "complex128 and complex64; check the Function computing in complex64 or "
+            "complex128 (its cast to complex32 left out)."
+        ), None))  # fmt: skip
+    return not bad
 
 
 def _non_finite(call: Call, outputs: list[object]) -> list[int]:

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
 
-from ..shared.finite_differences import Difference, central_difference
+from ..shared.finite_differences import Difference, central_difference, settled
 from .calling import Call, dot, norm, quietly
 
 FULL_MODE_UP_TO = 100  # elements of the differentiated inputs, all together
@@ -98,6 +98,8 @@ class Settings:
     gradcheck_mode: str  # "full", "fast" or "none" (too large for a Jacobian)
     generator: torch.Generator
     surrogate_gradient: bool = False
+    # Directions decided at a finer step than a staircase's (settled): a note says so.
+    staircases: int = 0
 
     @property
     def tol(self) -> dict[str, float]:
@@ -330,9 +332,14 @@ class Tally:
 
 
 def _difference(along: Callable[[float], torch.Tensor], c: float, s: Settings,
-                scale: float) -> Difference:  # fmt: skip
-    """The derivative along a direction scaled by ``c``, per unit of that direction."""
+                scale: float, accept: Callable[[torch.Tensor], bool] | None = None,
+                ) -> Difference:  # fmt: skip
+    """The derivative along a direction scaled by ``c``, per unit of that direction; one that
+    ``accept`` rejects is tried again at finer steps (a staircase: settled)."""
     found = central_difference(along, dtype=s.dtype, scale=scale * c)
+    if accept is not None and found.value is not None:
+        found = settled(along, found, lambda value: accept(value / c), dtype=s.dtype,
+                        scale=scale * c)  # fmt: skip
     if found.value is None:
         return found
     return dataclasses.replace(found, value=found.value / c)
@@ -402,11 +409,19 @@ def vjp_directions(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torc
             def along(t: float, u: list = u, v: list = v) -> torch.Tensor:
                 return dot(v, _outputs(call, _shifted(at, u, c * t), fresh=True))
 
-            found = _attempt(lambda along=along, g=g: _difference(along, c, s, norm(g)), "forward")
+            def accept(value: torch.Tensor, analytic: float = analytic, g: list = g,
+                       floor: float = floor) -> bool:  # the error below  # fmt: skip
+                estimate = float(value)
+                return abs(analytic - estimate) <= s.rtol * max(
+                    norm(g) + abs(estimate), floor, 1e-300)  # fmt: skip
+
+            found = _attempt(lambda along=along, g=g, accept=accept: _difference(
+                along, c, s, norm(g), accept), "forward")  # fmt: skip
             if found.value is None:
                 tally.undecided.append(found.reason)
                 continue
             estimate = float(found.value)
+            s.staircases += found.refined
             error = abs(analytic - estimate) / max(norm(g) + abs(estimate), floor, 1e-300)
             tally.errors.append(error if math.isfinite(analytic) else math.inf)
             break
@@ -474,14 +489,20 @@ def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> Tal
         # one row is constant: its HVPs are 1e-17 noise, not to be compared with each other).
         hvp_floor = rounding * (g_size + norm(v) * f_size / c) / c
         # The mixed term first, then freed: one vector fewer alive during the HVP's.
-        on_f = _difference(along_f(u), c, s, norm([mixed]))
+        on_f = _difference(along_f(u), c, s, norm([mixed]), lambda value, mixed=mixed:
+                           _vector_error(mixed, value, rounding * f_size / c) <= s.rtol)
         mixed_error = None if on_f.value is None else _vector_error(
             mixed, on_f.value, rounding * f_size / c)  # fmt: skip
         mixed_reason = on_f.reason
+        s.staircases += on_f.refined
         del mixed, on_f
-        on_g = _difference(along_g(u, v), c, s, norm([hvp]))
+        # Judged against the floor too: a zero HVP (a piecewise-linear function) whose
+        # gradient rounds differently at each shifted point is not its own scale.
+        on_g = _difference(along_g(u, v), c, s, max(norm([hvp]), hvp_floor),
+                           lambda value: _vector_error(hvp, value, hvp_floor) <= s.rtol)
         if on_g.value is None:
             return on_g.reason
+        s.staircases += on_g.refined
         hvp_error = _vector_error(hvp, on_g.value, hvp_floor)
         if mixed_error is None:
             return hvp_error if hvp_error > s.rtol else mixed_reason  # a wrong HVP counts

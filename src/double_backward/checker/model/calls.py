@@ -8,6 +8,8 @@
   a cache the call appends to is recorded as the call found it).
 - :class:`State` saves the buffers (BatchNorm's running statistics, spectral norm's ``u`` and
   ``v``) and puts them back before every call.
+- :class:`HeldPowerIterations` runs spectral norm's power iteration 0 times (both APIs), so
+  that ``u`` and ``v`` are the constants autograd takes them for, in finite differences too.
 - :class:`Widen` runs a float64 check in float64 throughout: casts the model makes to float32
   (``softmax(dtype=torch.float32)``, ``.to(torch.float32)``, ``.float()``) are widened, and
   any float32 output that remains is counted (a float32 island).
@@ -255,6 +257,65 @@ class State:
                     buffer.copy_(value)
 
 
+class HeldPowerIterations:
+    """Spectral norm in train mode, ``torch.nn.utils.spectral_norm`` or
+    ``torch.nn.utils.parametrizations.spectral_norm``, with its power iteration run 0 times
+    until :meth:`undo`.
+
+    Both APIs run the iteration under no_grad, so autograd takes ``u`` and ``v`` as constants
+    at every order; but each forward at a perturbed point would move them, and finite
+    differences of the gradient would see a derivative autograd never computes (about 1e-2
+    relative for an iteration far from converged). Held, the model is the function autograd
+    differentiates, and the comparison says whether autograd does it right. ``layers``: the
+    dotted paths held.
+    """
+
+    def __init__(self, modules: list[tuple[str, nn.Module]]) -> None:
+        found = power_iterations(modules)
+        self.layers = list(dict.fromkeys(name for name, _ in found))
+        self.held = [(norm, norm.n_power_iterations) for _, norm in found]
+        for norm, _ in self.held:
+            norm.n_power_iterations = 0
+
+    def undo(self) -> None:
+        for norm, count in self.held:
+            norm.n_power_iterations = count
+
+
+def power_iterations(modules: list[tuple[str, nn.Module]]) -> list[tuple[str, Any]]:
+    """(dotted path, spectral norm) for each spectral norm, old (its forward pre-hook) or
+    parametrized (its ``_SpectralNorm``), that runs its power iteration: in train mode."""
+    found: list[tuple[str, Any]] = []
+    seen: set[int] = set()
+    for name, module in modules:
+        if not module.training:
+            continue
+        hooks = list(getattr(module, "_forward_pre_hooks", {}).values())
+        norms = [h for h in hooks if type(h).__name__ == "SpectralNorm"]
+        parametrizations = getattr(module, "parametrizations", None)
+        if parametrizations is not None:
+            norms += [p for plist in parametrizations.values() for p in plist
+                      if type(p).__name__ == "_SpectralNorm" and p.training]  # fmt: skip
+        for norm in norms:
+            if id(norm) not in seen and hasattr(norm, "n_power_iterations"):
+                seen.add(id(norm))
+                found.append((name, norm))
+    return found
+
+
+def spectral_norm_note(layers: list[str]) -> str:
+    """What holding the power iteration means for a gradient penalty (the report's note)."""
+    where = ", ".join(name or "the model itself" for name in layers[:6])
+    more = f" and {len(layers) - 6} more" if len(layers) > 6 else ""
+    return (
+        f"spectral norm in train mode ({where}{more}): its power iteration runs under "
+        "no_grad, so u and v are constants to autograd; the penalty's second derivative "
+        "treats them as constants, exactly as training's first-order gradient does (it "
+        "does not differentiate through the iteration); finite differences held them "
+        "fixed too (the iteration run 0 times during the check)"
+    )
+
+
 class Cast:
     """Modules cast to ``dtype`` in place (a callable's closed-over modules), and put back
     exactly as they were by :meth:`undo`: each parameter's data (``Module.to`` sets it in
@@ -433,8 +494,9 @@ def describe_counts(counter: dict[str, int]) -> str:
 
 
 __all__ = [
-    "Call", "Cast", "EmbeddingOutput", "State", "Widen", "closed_modules", "describe_counts",
-    "fresh", "input_embeddings", "map_tensors", "named_modules", "recording", "snapshot",
+    "Call", "Cast", "EmbeddingOutput", "HeldPowerIterations", "State", "Widen",
+    "closed_modules", "describe_counts", "fresh", "input_embeddings", "map_tensors",
+    "named_modules", "power_iterations", "recording", "snapshot", "spectral_norm_note",
     "tensors",
 ]  # fmt: skip
 

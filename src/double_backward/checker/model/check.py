@@ -53,6 +53,7 @@ from ..shared.fixes import FIXES as _FIXES
 from .calls import (
     Cast,
     EmbeddingOutput,
+    HeldPowerIterations,
     State,
     closed_modules,
     closed_tensors,
@@ -60,7 +61,9 @@ from .calls import (
     input_embeddings,
     map_tensors,
     named_modules,
+    power_iterations,
     recording,
+    spectral_norm_note,
     tensors,
 )
 from .locate import locate
@@ -133,6 +136,7 @@ class _Copy:
                 for p in self.fn.parameters()
                 if p.requires_grad and p.is_floating_point()
             ]
+            self.held = HeldPowerIterations(named_modules(self.fn))
             return
         self.fn, self.modules = model, list(modules.values())
         self.state = State(
@@ -145,8 +149,10 @@ class _Copy:
         self.parameters = [
             p for p in found.values() if p.requires_grad and p.is_floating_point()
         ]
+        self.held = HeldPowerIterations(named_modules(model))
 
     def undo(self) -> None:
+        self.held.undo()
         for hooks in self.hooks:
             hooks.remove()
         if self.cast is not None:
@@ -158,8 +164,17 @@ class _Copy:
 
 
 def _deepcopy(model: nn.Module) -> nn.Module:
+    # The weight a spectral_norm or weight_norm pre-hook recomputed at the last forward is a
+    # non-leaf, which deepcopy refuses; the copy's own pre-hook recomputes it at each call.
+    memo: dict[int, Any] = {}
+    for module in model.modules():
+        for hook in getattr(module, "_forward_pre_hooks", {}).values():
+            name = getattr(hook, "name", None)
+            value = getattr(module, name, None) if isinstance(name, str) else None
+            if isinstance(value, torch.Tensor) and value.grad_fn is not None:
+                memo[id(value)] = value.detach().clone()
     try:
-        return copy.deepcopy(model)
+        return copy.deepcopy(model, memo)
     except (
         RuntimeError
     ) as error:  # a non-leaf tensor kept as an attribute (spectral_norm)
@@ -259,6 +274,9 @@ def _check_model(
             "wrt='embeddings' takes it with respect to the output of the input embedding"
         )
     _note_skipped(report, model, modules, closed, given, chosen, inputs, loose, wrt)
+    held = power_iterations(named_modules(model))
+    if held:
+        report.checked.append(spectral_norm_note([name for name, _ in held]))
     device = (given or [p for m in modules.values() for p in m.parameters()] or
               (list(model.parameters()) if isinstance(model, nn.Module) else []) or
               [torch.empty(0, device="cpu")])[0].device  # fmt: skip

@@ -26,7 +26,8 @@ from .calls import map_tensors
 MAX_FUNCTIONS = 4
 #: What ``check`` reports when it could not name a cause: the fallback text stays.
 _NO_CAUSE = frozenset(
-    {"undecided", "function-raised", "no-differentiable-output", "non-finite"}
+    {"undecided", "function-raised", "no-differentiable-output", "unsupported-dtype",
+     "non-finite"}
 )
 # Where check saw it (its own copies of the inputs): left out.
 _SEEN = re.compile(r"\s*Seen(?: at|:) .*\Z", re.DOTALL)

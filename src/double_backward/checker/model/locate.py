@@ -1,6 +1,7 @@
 """Locating a break: each submodule checked alone on its recorded arguments, and what is
-found there named (the ATen op an error names, the custom Function, the cast, the power
-iteration)."""
+found there named (the ATen op an error names, the custom Function, the cast). Spectral
+norm's power iteration is held during the check (``calls.HeldPowerIterations``), so it is
+never a break."""
 
 from __future__ import annotations
 
@@ -18,11 +19,6 @@ from .penalty import NotDifferentiable, Outcome, Target, check
 from .report import SEEN_IN_BOTH, SEEN_IN_MODEL, Break
 
 _ATEN_IN_MESSAGE = re.compile(r"aten::(\w+)|derivative for '(\w+)'")
-_POWER_ITERATION_FIX = (
-    "expected of spectral norm in train mode: its power iteration updates u and v under "
-    "no_grad, so autograd takes them as constants at every order (as in training), while "
-    "finite differences see them move; check the model in eval() mode to check the rest"
-)
 
 
 def innermost(failing: list[str]) -> list[str]:
@@ -104,15 +100,10 @@ def name_break(
         op = functions[0]._forward_cls.__name__
         fix = f"check it with double_backward.check (read: {FAILURES_PAGE})"
         return Break(name, op, kind, message, fix, seen)
-    if module is not None and _power_iteration(module):
-        return Break(
-            name, "spectral norm's power iteration", kind, message, _POWER_ITERATION_FIX,
-            seen,
-        )  # fmt: skip
     what = type(module).__name__ if module is not None else "the callable"
     op = f"{what}'s second derivative"
     fix = (
-        "no custom Function, cast or power iteration was found in it: an op whose backward "
+        "no custom Function or cast was found in it: an op whose backward "
         "is computed outside autograd (an in-place edit of a saved tensor, a .detach(), a "
         "NumPy step); find it with double_backward.check on the forward's pieces "
         f"(read: {FAILURES_PAGE})"
@@ -123,23 +114,6 @@ def name_break(
             f"saved, or a graph used twice) and {FAILURES_PAGE}"
         )
     return Break(name, op, kind, message, fix, seen)
-
-
-def _power_iteration(module: nn.Module) -> bool:
-    """Whether spectral norm, old or parametrized, updates u and v in this module (train)."""
-    for sub in module.modules():
-        if not sub.training:
-            continue
-        hooks = list(getattr(sub, "_forward_pre_hooks", {}).values())
-        if any(type(h).__name__ == "SpectralNorm" for h in hooks):
-            return True
-        parametrizations = getattr(sub, "parametrizations", None)
-        if parametrizations is not None and any(
-            type(p).__name__ == "_SpectralNorm"
-            for plist in parametrizations.values() for p in plist
-        ):  # fmt: skip
-            return True
-    return False
 
 
 __all__ = ["innermost", "locate", "name_break"]

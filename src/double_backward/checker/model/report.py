@@ -20,7 +20,7 @@ class Break:
     ``kind`` is ``"raises"`` (the gradient penalty raised ``message``) or ``"silent"`` (no
     error, but the second derivative disagrees with finite differences of the first, by the
     relative error and tolerance the message gives). ``op`` names what was found: the ATen
-    operator, the custom Function, the cast or the power iteration. ``fix`` says what to do.
+    operator, the custom Function or the cast. ``fix`` says what to do.
     ``seen`` says whether the break was seen in the whole model and in the submodule alone.
     ``cause``, where the break is at a custom Function, is what
     :func:`~double_backward.check` finds in it on the arguments it got there (``""`` when it

@@ -49,6 +49,8 @@ TOLERANCE: dict[torch.dtype, float] = {
 KINK = "kink crossed"
 DISAGREE = "steps disagree"
 NON_FINITE = "non-finite values"
+#: How much finer than the step that decided :func:`settled` sweeps again.
+FINER = 100.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +61,8 @@ class Difference:
     step: float | None  # the step that decided, relative to the direction's scale
     decided: bool
     reason: str  # "" when decided; else why: "kink crossed", "steps disagree", "non-finite values"
+    # Decided by :func:`settled` at a finer step than a first value it replaced (a staircase).
+    refined: bool = False
 
 
 def real_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -115,9 +119,9 @@ def central_difference(
     wide = torch.complex128 if center.is_complex() else torch.float64
 
     def at(t: float) -> torch.Tensor:
-        return along(t).detach().to(wide)
+        return _mutable(along(t).detach().to(wide))
 
-    f0 = center.detach().to(wide)
+    f0 = _mutable(center.detach().to(wide))
     if not torch.isfinite(f0).all():
         return Difference(None, None, False, NON_FINITE)
     reasons = []
@@ -178,6 +182,50 @@ def central_difference(
         KINK if KINK in reasons else DISAGREE if DISAGREE in reasons else NON_FINITE
     )
     return Difference(None, None, False, reason)
+
+
+def settled(
+    along: Callable[[float], torch.Tensor],
+    found: Difference,
+    accept: Callable[[torch.Tensor], bool],
+    *,
+    dtype: torch.dtype,
+    tolerance: float | None = None,
+    scale: float = 0.0,
+) -> Difference:
+    """``found``, or where ``accept`` rejects its value, the sweep again from two decades
+    finer (``FINER``) if that decides a value ``accept`` takes (``refined``).
+
+    A function piecewise constant on a finer scale than the step (``round(x, decimals=3)``
+    at a step of 5e-2 crosses 100 stairs) looks smooth at that step, and at every step down
+    to the stairs' width, with the slope of the staircase; below the stairs it is flat, as
+    its derivative says. A backward that is wrong gets the same value at the finer step,
+    and ``found`` is returned; so it is when no finer step decides: a jump at the point
+    itself (every step crosses it) and rounding at the finer steps (a float32 part) look
+    alike there, and a wrong backward must not become "undecided" (gradcheck fails at such
+    a jump as well). Only a rejected value costs a sweep more.
+    """
+    if found.value is None or found.step is None or accept(found.value):
+        return found
+    known = STEPS.get(real_dtype(dtype), ())
+    steps = [h for h in known if h <= found.step / FINER] or [
+        h for h in known[-1:] if h < found.step
+    ]
+    if not steps:
+        return found
+    finer = central_difference(
+        along, dtype=dtype, steps=steps, tolerance=tolerance, scale=scale
+    )
+    if finer.value is not None and accept(finer.value):
+        return dataclasses.replace(finer, refined=True)
+    return found
+
+
+def _mutable(value: torch.Tensor) -> torch.Tensor:
+    """``value``, or a materialized copy of it if it is one of the read-only zero tensors
+    torch returns for a derivative it knows is zero (sgn's second derivative): gradcheck and
+    gradgradcheck clone what they differentiate too. Others are not copied (no cost)."""
+    return value.clone() if value._is_zerotensor() else value
 
 
 def _kink_at_zero(kinks: list[tuple[float, float]]) -> bool:

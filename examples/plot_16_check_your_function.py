@@ -16,7 +16,13 @@ against central differences, backward's linearity in its incoming gradient, and 
 Hessian-vector product and mixed term against central differences of the gradient, each
 with a step chosen for its direction (the largest at which the differences at :math:`h` and
 :math:`h/2` agree and no kink is crossed). Each costs a few calls of your Function, so the
-cost grows linearly with the inputs. What a pass guarantees is stated exactly below: an
+cost grows linearly with the inputs. At your inputs, backward and the backward of backward are
+also fed the incoming gradients real use feeds: transposed and expanded ones (a transpose or a
+``sum`` downstream, where ``grad.view(-1)`` raises: use ``reshape`` or ``.contiguous()``),
+missing ones (a loss that uses one output of several, with ``ctx.set_materialize_grads(False)``:
+gradcheck's ``check_undefined_grad``) and batched ones (``is_grads_batched=True``, gradcheck's
+``check_batched_grad``: ``.item()`` or a branch on a value cannot run there; a note, a problem
+with ``require_batched_grad=True``). What a pass guarantees is stated exactly below: an
 error of at least 5% of the *whole* Hessian-vector product is missed with a chance of at
 most :math:`2.5 \times 10^{-4}`; an error confined to a few elements is a smaller share of
 the whole, and the larger the inputs, the more likely it is missed. When no direction can be

@@ -93,7 +93,7 @@ def check(
       ``check_batched_grad``) a problem; by default it is a note.
 
     Besides the values, the incoming gradients that real use feeds are fed at your inputs, to
-    backward and to the backward of backward (:mod:`~double_backward.checker.function.modes`):
+    backward and to the backward of backward (``checker.function.modes``):
     transposed and expanded ones (a transpose or a sum downstream), missing ones (a loss that
     uses one output of several; gradcheck's ``check_undefined_grad``) and batched ones.
     - ``seed``: seeds the derived points, the directions and the weights of the outputs.

@@ -269,7 +269,6 @@ def _missing(base: Backward, v: list[Incoming], labels: list[str], tol: float,
     through the fingerprints' inner products); then all undefined, which must give zero
     (gradcheck's check_undefined_grad)."""
     contiguous = [c for c, _ in v]
-    what = []
     if len(v) > 1:
         total = 0.0
         for k in range(len(v)):
@@ -288,15 +287,14 @@ def _missing(base: Backward, v: list[Incoming], labels: list[str], tol: float,
                 "one incoming gradient left out at a time: the results differ from those "
                 f"with a zero gradient there by {difference:.2g} (relative)"
             ), []
-        what.append("each left out")
     if _UNDEFINED is None:
-        return None, what
+        return None, ["missing"] if len(v) > 1 else []
     got, error = _attempt(base, contiguous, undefined=True)
     if error is not None:
         return f"no incoming gradient at all: {_raised(base, contiguous, error)}", []
     if any(g is not None and g[0] > 0 for g in got):  # type: ignore[union-attr]
         return "no incoming gradient at all: the result is not zero", []
-    return None, [*what, "all undefined"]
+    return None, ["missing"]
 
 
 def _batched(base: Backward, v: list[Incoming], tol: float,
@@ -400,12 +398,12 @@ def _passed(checked: dict[int, list[str]], batched: dict[int, str]) -> str:
     done = {order: [*what, *(["batched"] if batched.get(order) == "works" else [])]
             for order, what in checked.items()}  # fmt: skip
     if done[1] == done[2]:
-        text = f"passed: {', '.join(done[1])} (orders 1 and 2)"
+        text = f"passed: {', '.join(done[1])} (orders 1, 2)"
     else:
         text = "passed: " + "; ".join(f"order {order}: {', '.join(what)}"
                                       for order, what in done.items() if what)  # fmt: skip
     failed = [order for order, result in batched.items() if result != "works"]
-    return text + ("; batched: not supported (note)" if failed else "")
+    return text + ("; batched: see note" if failed else "")
 
 
 def _report(report: Report, found: dict[str, list[str]], checked: dict[int, list[str]],

@@ -332,7 +332,8 @@ def test_the_twins_that_check_for_none_pass(fn, size):
     report = check(fn.apply, *(torch.randn(size) for _ in range(count)))
     assert report.ok, str(report)
     assert report.results["incoming grads"] == (
-        "passed: transposed, expanded, missing, batched (orders 1, 2)")
+        "passed: transposed, expanded, missing, batched (orders 1, 2)"
+    )
 
 
 def test_a_backward_whose_values_change_when_a_gradient_is_missing_is_caught():
@@ -525,3 +526,29 @@ def test_builtins_pass_every_mode(fn):
     assert report.results["incoming grads"] == (
         "passed: transposed, expanded, missing, batched (orders 1, 2)"
     )
+
+
+def test_the_modes_feed_what_they_say_transposed_expanded_none_and_batched():
+    seen = []
+
+    class SquareRecords(
+        SquareNoneSafe
+    ):  # set_materialize_grads(False): None arrives as is
+        @staticmethod
+        def backward(ctx, grad_output):
+            (x,) = ctx.saved_tensors
+            if grad_output is None:
+                seen.append("none")
+                return None
+            try:
+                grad_output.sum().item()  # a batched tensor has no single value
+            except RuntimeError:
+                seen.append("batched")
+            if 0 in grad_output.stride():
+                seen.append("expanded")
+            elif not grad_output.is_contiguous():
+                seen.append("non-contiguous")
+            return grad_output * 2 * x
+
+    assert check(SquareRecords.apply, torch.randn(4, 3)).ok
+    assert {"none", "batched", "expanded", "non-contiguous"} <= set(seen)

@@ -485,6 +485,46 @@ except AssertionError as error:
     print(f"AssertionError: {error}")
 
 # %%
+# The incoming gradients a model feeds
+# -------------------------------------
+# The checks above feed backward contiguous incoming gradients, one at a time. A model feeds
+# others: a transpose downstream hands backward a transposed one, a sum over a dimension an
+# expanded one (stride 0), a loss that uses one output of several none for the others, and
+# ``torch.autograd.grad(..., is_grads_batched=True)`` a batch. So check feeds those too, to
+# backward and to the backward of backward. A backward that flattens its incoming gradient
+# with ``.view(-1)`` computes the right values and raises in the first model that transposes
+# its output; ``.reshape(-1)`` is its fix:
+
+
+class SquareFlatView(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return (grad_output.view(-1) * 2 * x.view(-1)).view(x.shape)
+
+
+class SquareFlatReshape(SquareFlatView):
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return (grad_output.reshape(-1) * 2 * x.reshape(-1)).reshape(x.shape)
+
+
+x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+weight = torch.randn(3, 4, dtype=torch.float64)
+try:  # plain torch, as a model calls it: a transpose, then a weight
+    torch.autograd.grad((SquareFlatView.apply(x).t() * weight).sum(), x)
+except RuntimeError as error:
+    print(f"RuntimeError: {str(error)[:60]}...")
+print(check(SquareFlatView.apply, torch.randn(4, 3)).verdict)
+print(check(SquareFlatReshape.apply, torch.randn(4, 3)).results["incoming grads"])
+
+# %%
 # From the command line
 # ---------------------
 # ``python -m double_backward.checker module:Function`` checks a Function on random inputs:

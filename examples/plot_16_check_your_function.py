@@ -16,7 +16,13 @@ against central differences, backward's linearity in its incoming gradient, and 
 Hessian-vector product and mixed term against central differences of the gradient, each
 with a step chosen for its direction (the largest at which the differences at :math:`h` and
 :math:`h/2` agree and no kink is crossed). Each costs a few calls of your Function, so the
-cost grows linearly with the inputs. What a pass guarantees is stated exactly below: an
+cost grows linearly with the inputs. At your inputs, backward and the backward of backward are
+also fed the incoming gradients real use feeds: transposed and expanded ones (a transpose or a
+``sum`` downstream, where ``grad.view(-1)`` raises: use ``reshape`` or ``.contiguous()``),
+missing ones (a loss that uses one output of several, with ``ctx.set_materialize_grads(False)``:
+gradcheck's ``check_undefined_grad``) and batched ones (``is_grads_batched=True``, gradcheck's
+``check_batched_grad``: ``.item()`` or a branch on a value cannot run there; a note, a problem
+with ``require_batched_grad=True``). What a pass guarantees is stated exactly below: an
 error of at least 5% of the *whole* Hessian-vector product is missed with a chance of at
 most :math:`2.5 \times 10^{-4}`; an error confined to a few elements is a smaller share of
 the whole, and the larger the inputs, the more likely it is missed. When no direction can be
@@ -477,6 +483,46 @@ try:
     test_swish_supports_double_backward()
 except AssertionError as error:
     print(f"AssertionError: {error}")
+
+# %%
+# The incoming gradients a model feeds
+# -------------------------------------
+# The checks above feed backward contiguous incoming gradients, one at a time. A model feeds
+# others: a transpose downstream hands backward a transposed one, a sum over a dimension an
+# expanded one (stride 0), a loss that uses one output of several none for the others, and
+# ``torch.autograd.grad(..., is_grads_batched=True)`` a batch. So check feeds those too, to
+# backward and to the backward of backward. A backward that flattens its incoming gradient
+# with ``.view(-1)`` computes the right values and raises in the first model that transposes
+# its output; ``.reshape(-1)`` is its fix:
+
+
+class SquareFlatView(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return (grad_output.view(-1) * 2 * x.view(-1)).view(x.shape)
+
+
+class SquareFlatReshape(SquareFlatView):
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return (grad_output.reshape(-1) * 2 * x.reshape(-1)).reshape(x.shape)
+
+
+x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+weight = torch.randn(3, 4, dtype=torch.float64)
+try:  # plain torch, as a model calls it: a transpose, then a weight
+    torch.autograd.grad((SquareFlatView.apply(x).t() * weight).sum(), x)
+except RuntimeError as error:
+    print(f"RuntimeError: {str(error)[:60]}...")
+print(check(SquareFlatView.apply, torch.randn(4, 3)).verdict)
+print(check(SquareFlatReshape.apply, torch.randn(4, 3)).results["incoming grads"])
 
 # %%
 # From the command line

@@ -673,7 +673,8 @@ def test_the_setup_context_message_is_said_once_and_a_passing_report_is_short(x)
     assert text.count("setup_context") <= 1
     relu = str(check(ReLUMask.apply, x)).splitlines()
     assert relu[0] == "ReLUMask.apply: supports double backward at the points checked"
-    assert len(relu) <= 14 and all(len(line) <= 79 or "read: " in line for line in relu)
+    # 15: one line more since the incoming-gradient modes (issue 37) have theirs
+    assert len(relu) <= 15 and all(len(line) <= 79 or "read: " in line for line in relu)
 
 
 class TakeRows(torch.autograd.Function):

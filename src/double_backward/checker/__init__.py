@@ -21,8 +21,12 @@ fail at your inputs (:mod:`~double_backward.checker.function.evidence`):
    Hessian-vector product and the mixed term (through an incoming gradient that requires
    grad, as in a gradient penalty) against central differences of the gradient, in random
    directions, at every size;
-4. forward mode against reverse mode (when the Function has a ``jvp``);
-5. optionally (``third_order=True``), the third derivative.
+4. the incoming gradients real use feeds, to backward and to the backward of backward
+   (:mod:`~double_backward.checker.function.modes`): transposed and expanded ones, missing
+   ones (gradcheck's ``check_undefined_grad``) and batched ones (``is_grads_batched``,
+   gradcheck's ``check_batched_grad``: a note unless ``require_batched_grad=True``);
+5. forward mode against reverse mode (when the Function has a ``jvp``);
+6. optionally (``third_order=True``), the third derivative.
 
 Points derived from yours (a 1% relative change) are checked too; a failure seen only there is
 shown, with the point, for you to judge. With ``surrogate_gradient=True`` the first derivative
@@ -37,6 +41,7 @@ The package is laid out by role, one sub-package per checker beside what they sh
 - ``checker.function``: :func:`check` on one Function:
   :mod:`~double_backward.checker.function.calling` (the Function's arguments and the points),
   :mod:`~double_backward.checker.function.evidence`,
+  :mod:`~double_backward.checker.function.modes`,
   :mod:`~double_backward.checker.function.causes`, :mod:`~double_backward.checker.function.api`
   and :mod:`~double_backward.checker.function.cli`;
 - ``checker.model``: :func:`~double_backward.check_model` on a whole model;

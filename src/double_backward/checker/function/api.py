@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ..shared.report import Problem, Report
-from . import causes, evidence
+from . import causes, evidence, modes
 from .calling import (
     PERTURBATION,
     Call,
@@ -28,7 +28,7 @@ from .evidence import Failed, Settings
 
 OPTIONS = (
     "kwargs", "wrt", "surrogate_gradient", "dtype", "points", "directions", "fast_mode",
-    "third_order", "seed", "name",
+    "third_order", "require_batched_grad", "seed", "name",
 )  # fmt: skip
 
 
@@ -43,6 +43,7 @@ def check(
     directions: int = 2,
     fast_mode: bool | None = None,
     third_order: bool = False,
+    require_batched_grad: bool = False,
     seed: int = 0,
     name: str | None = None,
     **unknown: Any,
@@ -87,6 +88,14 @@ def check(
     - ``fast_mode``: gradcheck's mode. By default full mode up to 100 elements, fast mode
       while the Jacobians stay small, and above that the directional checks alone.
     - ``third_order``: also check the third derivative.
+    - ``require_batched_grad``: make a backward that cannot run on batched incoming gradients
+      (``torch.autograd.grad(..., is_grads_batched=True)``, gradcheck's
+      ``check_batched_grad``) a problem; by default it is a note.
+
+    Besides the values, the incoming gradients that real use feeds are fed at your inputs, to
+    backward and to the backward of backward (``checker.function.modes``):
+    transposed and expanded ones (a transpose or a sum downstream), missing ones (a loss that
+    uses one output of several; gradcheck's ``check_undefined_grad``) and batched ones.
     - ``seed``: seeds the derived points, the directions and the weights of the outputs.
     - ``name``: the name the report shows (by default the Function's).
     """
@@ -151,6 +160,8 @@ def check(
         report, "torch.func",
         lambda: evidence.torch_func_support(call, inputs, weights, settings), {},
     )  # fmt: skip
+    _guarded(report, "incoming-gradient modes",
+             lambda: modes.check_modes(call, inputs, settings, report, require_batched_grad))
     return report
 
 
@@ -355,7 +366,7 @@ def _check_point(call: Call, at: tuple[torch.Tensor, ...], where: str, s: Settin
             cleared = _guarded(report, "graph", lambda: causes.cleared_state(call, at), [])
             if cleared:
                 return causes.clears_state_problem(cleared, f"{where}: {failure}")
-        return _first_order_problem(failure, where)
+        return modes.named_by_error(failure, 1, where) or _first_order_problem(failure, where)
     try:
         report.results[f"order 2, {where_short}"] = evidence.second_order(call, at, s)
     except Failed as failure:
@@ -364,7 +375,8 @@ def _check_point(call: Call, at: tuple[torch.Tensor, ...], where: str, s: Settin
             return _undecided_problem(failure, where, s)
         report.results[f"order 2, {where_short}"] = "FAILED"
         _guarded(report, "graph", lambda: _read_failure(call, at, weights, s, found))
-        return causes.cause_of_second_order_failure(failure, found, where)
+        return modes.named_by_error(failure, 2, where) or causes.cause_of_second_order_failure(
+            failure, found, where)  # fmt: skip
     return None
 
 

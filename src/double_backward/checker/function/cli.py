@@ -155,6 +155,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--full", action="store_true",
                         help="gradcheck's full mode even for large inputs (slow)")  # fmt: skip
     parser.add_argument("--third-order", action="store_true", help="also check order three")
+    parser.add_argument("--require-batched-grad", action="store_true",
+                        help="a backward that cannot run on batched incoming gradients "
+                        "(is_grads_batched) is a problem, not a note")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the random inputs and directions (the checker's, not "
                         "the Function's: use --kwarg seed=N for that)")  # fmt: skip
@@ -204,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             points=max(args.points, 1), directions=max(args.directions, 1),
             fast_mode=False if args.full else None, third_order=args.third_order,
             surrogate_gradient=args.surrogate_gradient, seed=args.seed, name=args.target,
+            require_batched_grad=args.require_batched_grad,
         )  # fmt: skip
     except (UsageError, TypeError, ValueError) as error:
         print(f"{parser.prog}: error: {error}", file=sys.stderr)

@@ -176,6 +176,8 @@ def main() -> None:
                         help="timings per row, the best kept (check and HVP alternate)")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch threads (default: torch's own choice); 1 on a shared machine")
+    parser.add_argument("--only", default="",
+                        help="only the Functions whose name contains this, e.g. Sinh")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -197,6 +199,8 @@ def main() -> None:
           f"{'HVP ms':>8} {'ratio':>6} {'bare ms':>8} {'ratio':>6} {'memory':>7} {'HVP':>6}"
           "  verdict")  # fmt: skip
     for name, (target, kind) in FUNCTIONS.items():
+        if args.only not in name:
+            continue
         previous = None
         for size in sizes:
             child = subprocess.run(

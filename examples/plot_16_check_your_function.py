@@ -12,8 +12,8 @@ The verdict comes from evidence: a problem is reported only when a check was see
 While the Jacobians are small, :func:`~torch.autograd.gradcheck` and
 :func:`~torch.autograd.gradgradcheck` run (the latter with an incoming gradient that requires
 grad). At every size, random *signed* directions are checked: the vector-Jacobian product
-against central differences, backward's linearity in its incoming gradient, and the
-Hessian-vector product and mixed term against central differences of the gradient, each
+against central differences, backward's linearity in its incoming gradient, the
+Hessian-vector product against central differences of the gradient, each
 with a step chosen for its direction (the largest at which the differences at :math:`h` and
 :math:`h/2` agree and no kink is crossed). Each costs a few calls of your Function, so the
 cost grows linearly with the inputs. What a pass guarantees is stated exactly below: an
@@ -21,7 +21,10 @@ error of at least 5% of the *whole* Hessian-vector product is missed with a chan
 most :math:`2.5 \times 10^{-4}`; an error confined to a few elements is a smaller share of
 the whole, and the larger the inputs, the more likely it is missed. When no direction can be
 decided (every one crosses a kink), the verdict says "could not decide", never a pass. The
-graph is read only to name the cause of a failure.
+mixed term (the derivative in the incoming gradient) is projected on a random signed vector
+:math:`w` and compared with backward's own product with :math:`w`: exact, since backward is
+linear in its incoming gradient, and missed with the same chance as the Hessian-vector
+product's error. The graph is read only to name the cause of a failure.
 """
 
 # %%

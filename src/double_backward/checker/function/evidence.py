@@ -9,9 +9,10 @@ Two kinds of check, for every order:
 - checks along random *signed* directions, each costing a few calls of the Function per step
   tried, so they run at every size: the incoming gradient left unchanged by backward, the
   vector-Jacobian product with a random incoming gradient against central differences,
-  backward's linearity in the incoming gradient, a finite second derivative, and the
-  Hessian-vector product (and the mixed term, through the incoming gradient) against central
-  differences of the gradient. The central differences choose their step per direction and
+  backward's linearity in the incoming gradient, a finite second derivative, the
+  Hessian-vector product against central differences of the gradient, and the mixed term
+  (through the incoming gradient) projected on a random signed w against backward's own
+  product with w. The central differences choose their step per direction and
   refuse a segment where a kink is crossed
 (:mod:`~double_backward.checker.shared.finite_differences`);
   a direction no step decides is drawn again, and when none decides (and no Jacobian check
@@ -150,7 +151,9 @@ def first_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
 def second_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
     """gradgradcheck (when small), then Hessian-vector products and mixed terms in
     directions."""
-    if not s.surrogate_gradient:
+    if not s.surrogate_gradient and s.gradcheck_mode != "none":
+        # Before gradgradcheck, whose message would not say "NaN"; above its size the
+        # directions look at their own Hessian-vector products (one forward and HVP fewer).
         _attempt(lambda: finite_second_derivative(call, at, s), "double backward")
     done = []
     if s.gradcheck_mode != "none":
@@ -295,9 +298,11 @@ def linearity(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torch.Ten
     size = torch.rand(2, generator=s.generator, dtype=torch.float64, device="cpu") * 1.5 + 0.5
     sign = torch.randint(0, 2, (2,), generator=s.generator, device="cpu") * 2 - 1
     a, b = (float(c) for c in size * sign)
-    combined = [(p * a).add_(q, alpha=b) for p, q in zip(v1, v2, strict=True)]
     along, scale = [], 0.0
-    for v in (v1, v2, combined):
+    for v in (v1, v2, None):
+        if v is None:  # a v1 + b v2, made in v1 once both backwards ran: one vector fewer
+            v = [p.mul_(a).add_(q, alpha=b) for p, q in zip(v1, v2, strict=True)]
+            del v2
         g = _attempt(lambda v=v: _grad(call, at, v)[1], "backward")
         along.append(float(dot(g, u)))
         scale = max(scale, norm(g))
@@ -365,13 +370,14 @@ def _error_text(worst: float) -> str:
     return "error < 1e-8" if worst < 1e-8 else f"error {worst:.0e}"
 
 
-def _worst(tally: Tally, s: Settings, what: str) -> float:
+def _worst(tally: Tally, s: Settings, what: str,
+           against: str = "central differences") -> float:  # fmt: skip
     """The worst error over the directions that decided, or :class:`Failed`: "mismatch" when
     one exceeds the tolerance, "undecided" when none decided and no Jacobian check ran."""
     failing = [e for e in tally.errors if e > s.rtol]
     if failing:
         raise Failed("mismatch", (
-            f"{what}: relative error {max(failing):.2g} against central differences in "
+            f"{what}: relative error {max(failing):.2g} against {against} in "
             f"{len(failing)} of {len(tally.errors)} random signed directions (tolerance "
             f"{s.rtol:g})."
         ))  # fmt: skip
@@ -433,50 +439,78 @@ def _analytic_second(call: Call, at: tuple[torch.Tensor, ...], v: Sequence[torch
                      u: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, float]:
     """The Hessian-vector product of vᵀf along u and the mixed term J u, by double backward
     (an incoming gradient that requires grad, as in a gradient penalty), flat; and |g|."""
-    hvp, mixed, g = _analytic_second_and_gradient(call, at, v, u)
-    return hvp, mixed, norm([g])
+    hvp, mixed, g = _second_at(call, at, v, u)
+    return hvp, _flat(mixed), norm([g])
 
 
-def _analytic_second_and_gradient(
+def _second_at(
     call: Call, at: tuple[torch.Tensor, ...], v: Sequence[torch.Tensor],
     u: Sequence[torch.Tensor],
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
-    """:func:`_analytic_second`, with the gradient g(at, v) itself (flat, detached) in place
-    of its norm: the centre of its central differences, which need not be computed again."""
-    incoming = [w.clone().requires_grad_() for w in v]
+) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:  # fmt: skip
+    """The Hessian-vector product (flat), the mixed term (one tensor per output, not
+    concatenated: no copy as large as the outputs) and the gradient g(at, v) itself (flat,
+    detached: the centre of its central differences, not computed again)."""
+    # Leaves sharing v's memory (no copy): backward cannot edit them in place (a leaf that
+    # requires grad refuses it), and one that tries fails incoming_untouched first.
+    incoming = [w.detach().requires_grad_() for w in v]
     leaves, g = _grad(call, at, incoming, create_graph=True)
     with torch.enable_grad():
         second = _second(dot(g, u), [*leaves, *incoming])
-    return _flat(second[: len(leaves)]), _flat(second[len(leaves):]), _flat(
+    return _flat(second[: len(leaves)]), tuple(second[len(leaves):]), _flat(
         [x.detach() for x in g])  # fmt: skip
 
 
-def finite_second_derivative(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> None:
-    """One Hessian-vector product and mixed term, which must be finite where the outputs and
-    the first derivative are (a NaN compares as neither equal nor unequal: it is looked for)."""
-    outs = _outputs(call, at)
-    v = [_randn(o, s.generator) for o in outs]
-    u = [_randn(x, s.generator) for x in at]
-    hvp, mixed, g_size = _analytic_second(call, at, v, u)
-    if not math.isfinite(g_size):
-        return  # the first derivative is not finite: its own checks say so
-    if all_finite(hvp, norm([hvp])) and all_finite(mixed, norm([mixed])):
-        return  # the norms answer without a scan; the count below is for the message
-    bad = int((~torch.isfinite(hvp)).sum()) + int((~torch.isfinite(mixed)).sum())
+def _require_finite_second(hvp: torch.Tensor, mixed: Sequence[torch.Tensor]) -> None:
+    """Failed when the Hessian-vector product or the mixed term holds a NaN or inf (called
+    where the outputs and the first derivative are finite). A NaN compares as neither equal
+    nor unequal, so it is looked for; the norms answer without a scan when all is finite."""
+    if all_finite(hvp, norm([hvp])) and all(all_finite(m, norm([m])) for m in mixed):
+        return
+    bad = sum(int((~torch.isfinite(t)).sum()) for t in (hvp, *mixed))
     if bad:
+        total = hvp.numel() + sum(_flat([m]).numel() for m in mixed)
         raise Failed("mismatch", (
-            f"{NON_FINITE_SECOND}: {bad} of {hvp.numel() + mixed.numel()} elements of a "
+            f"{NON_FINITE_SECOND}: {bad} of {total} elements of a "
             "Hessian-vector product and mixed term are NaN or inf, though the outputs and the "
             "first derivative are finite."
         ))  # fmt: skip
 
 
+def finite_second_derivative(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> None:
+    """One Hessian-vector product and mixed term, which must be finite where the outputs and
+    the first derivative are. (Above gradcheck's size :func:`hvp_directions` looks at its
+    own, and this one is not run.)"""
+    outs = _outputs(call, at)
+    v = [_randn(o, s.generator) for o in outs]
+    u = [_randn(x, s.generator) for x in at]
+    hvp, mixed, g = _second_at(call, at, v, u)
+    if not math.isfinite(norm([g])):
+        return  # the first derivative is not finite: its own checks say so
+    _require_finite_second(hvp, mixed)
+
+
+def _mixed_error(call: Call, at: tuple[torch.Tensor, ...], mixed: Sequence[torch.Tensor],
+                 u: Sequence[torch.Tensor], s: Settings, floor: float) -> float:
+    """The mixed term m = J u from double backward, projected on a random signed w, against
+    backward's own product with w: wᵀm = uᵀ(Jᵀw) exactly, since g(x, v) is linear in v
+    (checked) and its product with u is checked against central differences. A number, not a
+    vector: central differences of f along u held seven vectors shaped like the outputs. An
+    error e in m shows as wᵀe ~ |e| N(0, 1): missed with the HVP's chance, sqrt(2/pi) τ/ε."""
+    w = [_randn(m, s.generator) for m in mixed]
+    analytic = float(dot(mixed, w))
+    reference = float(dot(_grad(call, at, w)[1], u))
+    if not math.isfinite(analytic):
+        return math.inf
+    return abs(analytic - reference) / max(norm(mixed) + abs(reference), floor, 1e-300)
+
+
 def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> Tally:
     """With an incoming gradient v that requires grad, differentiate uᵀg(x, v) once more:
     its derivative in x (the Hessian-vector product of vᵀf) against central differences of
-    g along u, and in v (the mixed term, J u) against central differences of f along u.
-    A direction counts when both decide; one that no step decides is drawn again (up to
-    three times as many draws as ``s.directions``)."""
+    g along u, and in v (the mixed term, J u), projected on a random w, against backward's
+    product uᵀ(Jᵀw). Each must be finite. A direction counts when the central differences
+    decide (a wrong mixed term counts at once); one that no step decides is drawn again (up
+    to three times as many draws as ``s.directions``)."""
     outs = _attempt(lambda: _outputs(call, at), "forward")
     f_size = norm(outs)
     outs = [_template(o) for o in outs]  # only their shapes are needed now
@@ -487,32 +521,27 @@ def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> Tal
     def along_g(u: list, v: list) -> Callable[[float], torch.Tensor]:
         return lambda t: _flat(_grad(call, _shifted(at, u, c * t), v)[1])
 
-    def along_f(u: list) -> Callable[[float], torch.Tensor]:
-        return lambda t: _flat(_outputs(call, _shifted(at, u, c * t), fresh=True))
-
     def one() -> float | str:
         v = [_randn(o, s.generator) for o in outs]
         u = [_randn(x, s.generator) for x in at]
-        hvp, mixed, g_at = _analytic_second_and_gradient(call, at, v, u)
+        hvp, mixed, g_at = _second_at(call, at, v, u)
         g_size = norm([g_at])
+        if math.isfinite(g_size):  # else the first derivative's own checks say so
+            _require_finite_second(hvp, mixed)
         # Sizes below which a second derivative is negligible: a share NEGLIGIBLE of what
         # the gradient, and vᵀf, could change by over the direction's scale c (corrcoef of
         # one row is constant: its HVPs are 1e-17 noise, not to be compared with each other).
         hvp_floor = rounding * (g_size + norm(v) * f_size / c) / c
         # The mixed term first, then freed: one vector fewer alive during the HVP's.
-        on_f = _difference(along_f(u), c, s, norm([mixed]))
-        mixed_error = None if on_f.value is None else _vector_error(
-            mixed, on_f.value, rounding * f_size / c)  # fmt: skip
-        mixed_reason = on_f.reason
-        del mixed, on_f
+        mixed_error = _mixed_error(call, at, mixed, u, s, rounding * f_size / c)
+        del mixed
+        if mixed_error > s.rtol:
+            return mixed_error  # a wrong mixed term counts, whatever the HVP's differences
         on_g = _difference(along_g(u, v), c, s, norm([hvp]), center=g_at)
         del g_at
         if on_g.value is None:
             return on_g.reason
-        hvp_error = _vector_error(hvp, on_g.value, hvp_floor)
-        if mixed_error is None:
-            return hvp_error if hvp_error > s.rtol else mixed_reason  # a wrong HVP counts
-        return max(hvp_error, mixed_error)
+        return max(_vector_error(hvp, on_g.value, hvp_floor), mixed_error)
 
     tries = 0
     while len(tally.errors) < s.directions and tries < 3 * s.directions:
@@ -524,7 +553,8 @@ def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> Tal
             tally.errors.append(found)
             if found > s.rtol:
                 break
-    _worst(tally, s, "the second derivative (Hessian-vector product, mixed term)")
+    _worst(tally, s, "the second derivative (Hessian-vector product, mixed term)",
+           "central differences of the gradient (the mixed term: against backward)")
     return tally
 
 

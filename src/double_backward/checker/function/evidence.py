@@ -99,6 +99,10 @@ class Settings:
     gradcheck_mode: str  # "full", "fast" or "none" (too large for a Jacobian)
     generator: torch.Generator
     surrogate_gradient: bool = False
+    # The directions of this check, drawn once and shared by its checks (:func:`_direction`),
+    # and the backwards already run with them (:func:`_backward`).
+    drawn: dict = dataclasses.field(default_factory=dict, repr=False)
+    backwards: dict = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def tol(self) -> dict[str, float]:
@@ -151,6 +155,7 @@ def first_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
 def second_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
     """gradgradcheck (when small), then Hessian-vector products and mixed terms in
     directions."""
+    s.backwards.clear()  # the first order's backwards are not read again
     if not s.surrogate_gradient and s.gradcheck_mode != "none":
         # Before gradgradcheck, whose message would not say "NaN"; above its size the
         # directions look at their own Hessian-vector products (one forward and HVP fewer).
@@ -191,6 +196,32 @@ def draw(like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 
 
 _randn = draw
+
+
+def _direction(like: torch.Tensor, s: Settings, role: str, index: int) -> torch.Tensor:
+    """Direction ``index`` of ``role`` ("v": an incoming gradient, shaped like an output;
+    "u": shaped like an input), drawn once per check and shared by its checks: each check
+    still takes independent draws among its own (index 0, 1, ...; v and u never the same
+    draw), so each one's chance of a miss is what it was; only drawing, the largest cost at
+    10^6 elements, is not repeated. A direction drawn again (none decided) is a fresh draw."""
+    key = (role, index, tuple(like.shape), like.dtype, like.device)
+    if key not in s.drawn:
+        s.drawn[key] = draw(like, s.generator)
+    return s.drawn[key]
+
+
+def _backward(call: Call, at: tuple[torch.Tensor, ...], v: Sequence[torch.Tensor],
+              s: Settings) -> tuple[torch.Tensor, ...]:  # fmt: skip
+    """The gradients of a backward at ``at`` with incoming gradient ``v``, run once per
+    (point, shared direction): the first-order checks read the same backwards (the last two
+    kept: each is as large as the inputs). Only for the shared directions, never modified."""
+    key = (id(at), *(id(w) for w in v))
+    if key not in s.backwards:
+        grads = _attempt(lambda: _grad(call, at, v)[1], "backward")
+        while len(s.backwards) >= 2:
+            del s.backwards[next(iter(s.backwards))]
+        s.backwards[key] = (at, v, grads)  # at and v held: their ids stay theirs
+    return s.backwards[key][2]
 
 
 def _direction_scale(at: Sequence[torch.Tensor]) -> float:
@@ -275,9 +306,9 @@ def incoming_untouched(call: Call, at: tuple[torch.Tensor, ...],
     autograd may hand the same tensor to other consumers (and hands the caller's own tensor
     to backward), so a backward that edits it in place corrupts gradients elsewhere, and under
     create_graph (a penalty's incoming gradient requires grad) the edit raises."""
-    v = [_randn(o, s.generator) for o in outs]
+    v = [_direction(o, s, "v", 0) for o in outs]
     kept = [w.clone() for w in v]
-    _attempt(lambda: _grad(call, at, v), "backward")
+    _backward(call, at, v, s)
     changed = [i for i, (w, k) in enumerate(zip(v, kept, strict=True)) if not torch.equal(w, k)]
     if changed:
         raise Failed("modified-incoming", (
@@ -291,19 +322,20 @@ def linearity(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torch.Ten
     """backward(a v1 + b v2) against a backward(v1) + b backward(v2), for random signed v1,
     v2, a and b, compared along a random direction u (each product of backward with u varies
     as much as backward itself, so a non-linear part shows at once)."""
-    u = [_randn(x, s.generator) for x in at]
-    v1 = [_randn(o, s.generator) for o in outs]
-    v2 = [_randn(o, s.generator) for o in outs]
+    u = [_direction(x, s, "u", 1) for x in at]
+    v1 = [_direction(o, s, "v", 0) for o in outs]
+    v2 = [_direction(o, s, "v", 1) for o in outs]
     # Signed factors of size 0.5 to 2, so that neither term is negligible.
     size = torch.rand(2, generator=s.generator, dtype=torch.float64, device="cpu") * 1.5 + 0.5
     sign = torch.randint(0, 2, (2,), generator=s.generator, device="cpu") * 2 - 1
     a, b = (float(c) for c in size * sign)
     along, scale = [], 0.0
     for v in (v1, v2, None):
-        if v is None:  # a v1 + b v2, made in v1 once both backwards ran: one vector fewer
-            v = [p.mul_(a).add_(q, alpha=b) for p, q in zip(v1, v2, strict=True)]
-            del v2
-        g = _attempt(lambda v=v: _grad(call, at, v)[1], "backward")
+        if v is None:  # a v1 + b v2 (v1 and v2 are shared: not modified)
+            v = [(p * a).add_(q, alpha=b) for p, q in zip(v1, v2, strict=True)]
+            g = _attempt(lambda v=v: _grad(call, at, v)[1], "backward")
+        else:
+            g = _backward(call, at, v, s)
         along.append(float(dot(g, u)))
         scale = max(scale, norm(g))
         del g
@@ -405,14 +437,15 @@ def vjp_directions(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torc
     signed v and u (u drawn again, up to three times, where no step decides)."""  # fmt: skip
     c = _direction_scale(at)
     tally = Tally()
-    for _ in range(s.directions):
-        v = [_randn(o, s.generator) for o in outs]
-        g = _attempt(lambda v=v: _grad(call, at, v)[1], "backward")
+    for index in range(s.directions):
+        v = [_direction(o, s, "v", index) for o in outs]
+        g = _backward(call, at, v, s)
         # Below this, a derivative is negligible beside what vᵀf varies by over c (corrcoef
         # of two observations is constant: both derivatives are 1e-16 noise).
         floor = NEGLIGIBLE[s.dtype] * norm(v) * norm(outs) / c
-        for _ in range(3):
-            u = [_randn(x, s.generator) for x in at]
+        for attempt in range(3):
+            u = [_direction(x, s, "u", index) if attempt == 0 else _randn(x, s.generator)
+                 for x in at]  # fmt: skip
             analytic = float(dot(g, u))
 
             def along(t: float, u: list = u, v: list = v) -> torch.Tensor:
@@ -446,7 +479,7 @@ def _analytic_second(call: Call, at: tuple[torch.Tensor, ...], v: Sequence[torch
 def _second_at(
     call: Call, at: tuple[torch.Tensor, ...], v: Sequence[torch.Tensor],
     u: Sequence[torch.Tensor],
-) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:  # fmt: skip
+) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:  # fmt: skip
     """The Hessian-vector product (flat), the mixed term (one tensor per output, not
     concatenated: no copy as large as the outputs) and the gradient g(at, v) itself (flat,
     detached: the centre of its central differences, not computed again)."""
@@ -456,7 +489,7 @@ def _second_at(
     leaves, g = _grad(call, at, incoming, create_graph=True)
     with torch.enable_grad():
         second = _second(dot(g, u), [*leaves, *incoming])
-    return _flat(second[: len(leaves)]), tuple(second[len(leaves):]), _flat(
+    return _flat(second[: len(leaves)]), list(second[len(leaves):]), _flat(
         [x.detach() for x in g])  # fmt: skip
 
 
@@ -481,27 +514,29 @@ def finite_second_derivative(call: Call, at: tuple[torch.Tensor, ...], s: Settin
     the first derivative are. (Above gradcheck's size :func:`hvp_directions` looks at its
     own, and this one is not run.)"""
     outs = _outputs(call, at)
-    v = [_randn(o, s.generator) for o in outs]
-    u = [_randn(x, s.generator) for x in at]
+    v = [_direction(o, s, "v", 0) for o in outs]
+    u = [_direction(x, s, "u", 0) for x in at]
     hvp, mixed, g = _second_at(call, at, v, u)
     if not math.isfinite(norm([g])):
         return  # the first derivative is not finite: its own checks say so
     _require_finite_second(hvp, mixed)
 
 
-def _mixed_error(call: Call, at: tuple[torch.Tensor, ...], mixed: Sequence[torch.Tensor],
+def _mixed_error(call: Call, at: tuple[torch.Tensor, ...], mixed: list[torch.Tensor],
                  u: Sequence[torch.Tensor], s: Settings, floor: float) -> float:
     """The mixed term m = J u from double backward, projected on a random signed w, against
     backward's own product with w: wᵀm = uᵀ(Jᵀw) exactly, since g(x, v) is linear in v
     (checked) and its product with u is checked against central differences. A number, not a
     vector: central differences of f along u held seven vectors shaped like the outputs. An
-    error e in m shows as wᵀe ~ |e| N(0, 1): missed with the HVP's chance, sqrt(2/pi) τ/ε."""
+    error e in m shows as wᵀe ~ |e| N(0, 1): missed with the HVP's chance, sqrt(2/pi) τ/ε.
+    Empties ``mixed`` once read: its memory is free for backward's."""
     w = [_randn(m, s.generator) for m in mixed]
-    analytic = float(dot(mixed, w))
+    analytic, size = float(dot(mixed, w)), norm(mixed)
+    mixed.clear()
     reference = float(dot(_grad(call, at, w)[1], u))
     if not math.isfinite(analytic):
         return math.inf
-    return abs(analytic - reference) / max(norm(mixed) + abs(reference), floor, 1e-300)
+    return abs(analytic - reference) / max(size + abs(reference), floor, 1e-300)
 
 
 def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> Tally:
@@ -521,9 +556,12 @@ def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> Tal
     def along_g(u: list, v: list) -> Callable[[float], torch.Tensor]:
         return lambda t: _flat(_grad(call, _shifted(at, u, c * t), v)[1])
 
-    def one() -> float | str:
-        v = [_randn(o, s.generator) for o in outs]
-        u = [_randn(x, s.generator) for x in at]
+    def one(index: int) -> float | str:
+        # The shared directions first, fresh draws for a direction drawn again.
+        v = [_direction(o, s, "v", index) if index < s.directions else _randn(o, s.generator)
+             for o in outs]  # fmt: skip
+        u = [_direction(x, s, "u", index) if index < s.directions else _randn(x, s.generator)
+             for x in at]  # fmt: skip
         hvp, mixed, g_at = _second_at(call, at, v, u)
         g_size = norm([g_at])
         if math.isfinite(g_size):  # else the first derivative's own checks say so
@@ -534,7 +572,6 @@ def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> Tal
         hvp_floor = rounding * (g_size + norm(v) * f_size / c) / c
         # The mixed term first, then freed: one vector fewer alive during the HVP's.
         mixed_error = _mixed_error(call, at, mixed, u, s, rounding * f_size / c)
-        del mixed
         if mixed_error > s.rtol:
             return mixed_error  # a wrong mixed term counts, whatever the HVP's differences
         on_g = _difference(along_g(u, v), c, s, norm([hvp]), center=g_at)
@@ -545,8 +582,8 @@ def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> Tal
 
     tries = 0
     while len(tally.errors) < s.directions and tries < 3 * s.directions:
+        found = _attempt(lambda index=tries: one(index), "double backward")
         tries += 1
-        found = _attempt(one, "double backward")
         if isinstance(found, str):
             tally.undecided.append(found)
         else:

@@ -523,14 +523,13 @@ def finite_second_derivative(call: Call, at: tuple[torch.Tensor, ...], s: Settin
 
 
 def _mixed_error(call: Call, at: tuple[torch.Tensor, ...], mixed: list[torch.Tensor],
-                 u: Sequence[torch.Tensor], s: Settings, floor: float) -> float:
+                 u: Sequence[torch.Tensor], w: Sequence[torch.Tensor], floor: float) -> float:
     """The mixed term m = J u from double backward, projected on a random signed w, against
     backward's own product with w: wᵀm = uᵀ(Jᵀw) exactly, since g(x, v) is linear in v
     (checked) and its product with u is checked against central differences. A number, not a
     vector: central differences of f along u held seven vectors shaped like the outputs. An
     error e in m shows as wᵀe ~ |e| N(0, 1): missed with the HVP's chance, sqrt(2/pi) τ/ε.
     Empties ``mixed`` once read: its memory is free for backward's."""
-    w = [_randn(m, s.generator) for m in mixed]
     analytic, size = float(dot(mixed, w)), norm(mixed)
     mixed.clear()
     reference = float(dot(_grad(call, at, w)[1], u))
@@ -570,8 +569,13 @@ def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> Tal
         # the gradient, and vᵀf, could change by over the direction's scale c (corrcoef of
         # one row is constant: its HVPs are 1e-17 noise, not to be compared with each other).
         hvp_floor = rounding * (g_size + norm(v) * f_size / c) / c
-        # The mixed term first, then freed: one vector fewer alive during the HVP's.
-        mixed_error = _mixed_error(call, at, mixed, u, s, rounding * f_size / c)
+        # The mixed term first, then freed: one vector fewer alive during the HVP's. Its w,
+        # independent of this direction's v and u: the other shared v, or a fresh draw.
+        other = 1 - index
+        w = [_direction(o, s, "v", other) if 0 <= other < s.directions
+             else _randn(o, s.generator) for o in outs]  # fmt: skip
+        mixed_error = _mixed_error(call, at, mixed, u, w, rounding * f_size / c)
+        del w
         if mixed_error > s.rtol:
             return mixed_error  # a wrong mixed term counts, whatever the HVP's differences
         on_g = _difference(along_g(u, v), c, s, norm([hvp]), center=g_at)

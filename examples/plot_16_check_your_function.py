@@ -184,6 +184,40 @@ print(check(lambda x: SquareKernel.apply(x, 0.5), torch.randn(4)))
 print(check(SquareKernel.apply, torch.randn(4)))
 
 # %%
+# BROKEN: a lost mixed term, at 10,000 elements
+# ----------------------------------------------
+# A backward that detaches its incoming gradient still computes the right first derivative
+# and the right Hessian-vector product; only the mixed term, the derivative in the incoming
+# gradient (what a gradient penalty differentiates), is lost. Above gradgradcheck's size the
+# check projects it on a random signed :math:`w` and compares
+# :math:`w^\top(\partial_v\, u^\top g)` from double backward with :math:`u^\top g(x, w)`
+# from backward, equal for any backward linear in its incoming gradient. Autograd's own
+# mixed terms, printed first, show which is right.
+
+
+class SquareDetachesIncoming(torch.autograd.Function):  # BROKEN on purpose
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x**2
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad_out.detach()  # the mistake: no graph to grad_out
+
+
+x, v, u = torch.randn(10_000, dtype=torch.float64), torch.randn(10_000), torch.randn(10_000)
+for name, fn in (("SquareDetachesIncoming", SquareDetachesIncoming.apply),
+                 ("torch.square", torch.square)):  # fmt: skip
+    leaf, incoming = x.clone().requires_grad_(), v.double().requires_grad_()
+    (grad,) = torch.autograd.grad(fn(leaf), leaf, incoming, create_graph=True)
+    _, mixed = torch.autograd.grad(grad, (leaf, incoming), u.double(), allow_unused=True,
+                                   materialize_grads=True)  # fmt: skip
+    print(f"{name}: |mixed term| = {float(mixed.norm()):.3g}")
+print(check(SquareDetachesIncoming.apply, x))
+
+# %%
 # A normalisation over wide rows, at 10,000 elements
 # --------------------------------------------------
 # Fused RMSNorm kernels save ``rstd = 1/sqrt(mean(x²) + eps)`` to skip a reduction in

@@ -1,15 +1,21 @@
 """What one ``double_backward.check`` costs against the input size (``nox -s bench_checker``).
 
-For a passing and a failing Function of each kind, from 1e3 to 1e6 elements, one check with
-the default settings is run in a fresh process (after a warm-up on a small input, so that
-torch's one-time imports and code pages are not counted). Printed side by side:
+For a passing and a failing Function of each kind (and the two-output ``Sinh``, whose
+intermediates are outputs), from 1e3 to 1e6 elements, each in a fresh process (after a
+warm-up on a small input, so that torch's one-time imports and code pages are not counted),
+the check with the default settings and one Hessian-vector product by hand are timed side by
+side, best of ``--repeats`` each, alternating. Printed:
 
-- wall-clock seconds, CPU seconds (user + system, all threads: what the check costs when
-  the machine is not shared), and how much the CPU time grew from the previous row for ten
-  times the elements (linear growth: 10x);
-- the peak memory the check added (resident set size), as a multiple of the inputs' size,
-  beside the same figure for one Hessian-vector product by hand (the cost of the Function's
-  own double backward, which the check cannot go below);
+- the check's wall-clock seconds, its CPU seconds (user + system, all threads: what the check
+  costs when the machine is not shared), and how much the CPU time grew from the previous row
+  for ten times the elements (linear growth: 10x);
+- one HVP by hand, as a user writes it: the Function's forward, backward with
+  ``create_graph=True`` and a second backward, through all outputs, with ``v`` and ``u`` drawn
+  by ``torch.randn_like`` (issue 41's yardstick), and the check's time in such HVPs; then the
+  same HVP with ``v`` and ``u`` given (the Function's own work alone, which the check cannot go
+  below) and the check's time in those;
+- the peak memory the check added (resident set size, the peak reset before it), as a multiple
+  of the inputs' size, beside the same figure for one HVP by hand;
 - the verdict.
 
 Then the detection figure: how often the Hessian-vector-product check misses an error of 5%
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import subprocess
@@ -36,6 +43,7 @@ sys.path.insert(0, str(ROOT))  # benchmarks.checker_cases, also when run as a sc
 # name -> (module:attribute of the Function, how to build inputs of n elements)
 FUNCTIONS = {
     "Square (passes)": ("double_backward:Square", "vector"),
+    "Sinh, 2 extra outputs (passes)": ("double_backward:Sinh", "vector"),
     "SinhSavesIntermediate (fails)": (
         "double_backward.functions.failures:SinhSavesIntermediate", "vector"),
     "RMSNorm recomputing rstd (passes)": ("benchmarks.checker_cases:RMSNormRecompute", "rows"),
@@ -54,8 +62,48 @@ def _inputs(kind: str, n: int, seed: int = 0) -> tuple:
     return x, torch.rand(width, generator=generator, dtype=torch.float64) + 0.5, 1e-6
 
 
-def measure(target: str, kind: str, n: int) -> dict:
-    """One check of ``target`` at ``n`` elements (run in a child process)."""
+def _peak_reset() -> int | None:
+    """Reset the peak resident set size (Linux: /proc/self/clear_refs), and return the
+    current one; None where it cannot be reset."""
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+        return _peak()
+    except OSError:
+        return None
+
+
+def _peak() -> int:
+    """The peak resident set size in bytes since the last reset (or since the start)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def one_hvp(fn, inputs: tuple, directions: tuple | None = None) -> None:
+    """One Hessian-vector product by hand: forward, backward with ``create_graph=True``
+    through all outputs, a second backward. ``directions``: (v per output, u); without them,
+    drawn here with ``torch.randn_like``, as a user would."""
+    import torch
+
+    x = inputs[0].detach().requires_grad_()
+    outs = fn(x, *inputs[1:])
+    outs = [o for o in (outs if isinstance(outs, tuple) else (outs,)) if o.requires_grad]
+    v, u = directions if directions else ([torch.randn_like(o) for o in outs], None)
+    (grad,) = torch.autograd.grad(outs, x, v, create_graph=True)
+    if grad.requires_grad:
+        torch.autograd.grad(grad, x, torch.randn_like(x) if u is None else u)
+
+
+def measure(target: str, kind: str, n: int, repeats: int = 3) -> dict:
+    """The check of ``target`` at ``n`` elements and one HVP by hand, side by side (run in a
+    child process)."""
+    import gc
     import importlib
     import time
 
@@ -69,29 +117,45 @@ def measure(target: str, kind: str, n: int) -> dict:
     inputs = _inputs(kind, n)
     input_bytes = sum(x.numel() * x.element_size() for x in inputs if torch.is_tensor(x))
 
-    def peak() -> int:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
     def cpu() -> float:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return usage.ru_utime + usage.ru_stime
 
-    # The reference: one Hessian-vector product by hand, what the user's own training step
-    # with double backward costs.
-    before = peak()
-    x = inputs[0].clone().requires_grad_()
-    out = fn(x, *inputs[1:])
-    (grad,) = torch.autograd.grad(out, x, torch.randn_like(out), create_graph=True)
-    if grad.requires_grad:
-        torch.autograd.grad(grad, x, torch.randn_like(x))
-    del x, out, grad
-    hvp_memory = max(0, peak() - before) / input_bytes
-    before, start, start_cpu = peak(), time.perf_counter(), cpu()
-    report = check(fn, *inputs)
+    def added(compute) -> tuple[float, object]:
+        """The peak memory ``compute`` added, per byte of the inputs, and its result."""
+        gc.collect()
+        before = _peak_reset()
+        before = _peak() if before is None else before
+        result = compute()
+        return max(0, _peak() - before) / input_bytes, result
+
+    # Memory first, each from a reset peak (the check's is not hidden under the HVP's).
+    hvp_memory, _ = added(lambda: one_hvp(fn, inputs))
+    memory, report = added(lambda: check(fn, *inputs))
+    with torch.no_grad():
+        outs = fn(*inputs)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    given = ([torch.randn_like(o) for o in outs], torch.randn_like(inputs[0]))
+    best = {"hvp": math.inf, "bare": math.inf, "check": math.inf}
+    check_cpu = math.inf
+    for _ in range(repeats):
+        for what, run in (("hvp", lambda: one_hvp(fn, inputs)),
+                          ("bare", lambda: one_hvp(fn, inputs, given)),
+                          ("check", lambda: check(fn, *inputs))):  # fmt: skip
+            gc.collect()
+            start, start_cpu = time.perf_counter(), cpu()
+            run()
+            seconds = time.perf_counter() - start
+            if seconds < best[what]:
+                best[what] = seconds
+                if what == "check":
+                    check_cpu = cpu() - start_cpu
     return {
-        "seconds": time.perf_counter() - start,
-        "cpu": cpu() - start_cpu,
-        "memory": max(0, peak() - before) / input_bytes,
+        "seconds": best["check"],
+        "cpu": check_cpu,
+        "hvp": best["hvp"],
+        "bare_hvp": best["bare"],
+        "memory": memory,
         "hvp_memory": hvp_memory,
         "verdict": ", ".join(sorted(report.problem_names())) or "ok",
     }
@@ -108,31 +172,48 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,10000,100000,1000000")
     parser.add_argument("--trials", type=int, default=1000,
                         help="trials of the planted 5%% error (0: skip)")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timings per row, the best kept (check and HVP alternate)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch threads (default: torch's own choice); 1 on a shared machine")
+    parser.add_argument("--only", default="",
+                        help="only the Functions whose name contains this, e.g. Sinh")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         target, kind, n = args.child
-        print(json.dumps(measure(target, kind, int(n))))
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        print(json.dumps(measure(target, kind, int(n), args.repeats)))
         return
     import torch
 
     sizes = [int(s) for s in args.sizes.split(",")]
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {torch.get_num_threads()} "
+    threads = args.threads or torch.get_num_threads()
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {threads} "
           f"threads, load average {load}")  # fmt: skip
     print(f"{'Function':34} {'elements':>9} {'seconds':>8} {'CPU s':>7} {'growth':>7} "
-          f"{'memory':>7} {'HVP':>6}  verdict")  # fmt: skip
+          f"{'HVP ms':>8} {'ratio':>6} {'bare ms':>8} {'ratio':>6} {'memory':>7} {'HVP':>6}"
+          "  verdict")  # fmt: skip
     for name, (target, kind) in FUNCTIONS.items():
+        if args.only not in name:
+            continue
         previous = None
         for size in sizes:
             child = subprocess.run(
-                [sys.executable, __file__, "--child", target, kind, str(size)],
+                [sys.executable, __file__, "--child", target, kind, str(size),
+                 "--repeats", str(args.repeats), "--threads", str(args.threads)],
                 capture_output=True, text=True, check=True, cwd=ROOT,
             )  # fmt: skip
             row = json.loads(child.stdout.splitlines()[-1])
             growth = f"{row['cpu'] / previous:.1f}x" if previous else ""
-            print(f"{name:34} {size:>9} {row['seconds']:>8.2f} {row['cpu']:>7.2f} "
-                  f"{growth:>7} {row['memory']:>6.1f}x {row['hvp_memory']:>5.1f}x  "
+            print(f"{name:34} {size:>9} {row['seconds']:>8.3f} {row['cpu']:>7.2f} "
+                  f"{growth:>7} {row['hvp'] * 1e3:>8.2f} {row['seconds'] / row['hvp']:>5.1f}x "
+                  f"{row['bare_hvp'] * 1e3:>8.2f} {row['seconds'] / row['bare_hvp']:>5.0f}x "
+                  f"{row['memory']:>6.1f}x {row['hvp_memory']:>5.1f}x  "
                   f"{row['verdict']}")  # fmt: skip
             previous = row["cpu"]
     if args.trials:

@@ -12,8 +12,8 @@ The verdict comes from evidence: a problem is reported only when a check was see
 While the Jacobians are small, :func:`~torch.autograd.gradcheck` and
 :func:`~torch.autograd.gradgradcheck` run (the latter with an incoming gradient that requires
 grad). At every size, random *signed* directions are checked: the vector-Jacobian product
-against central differences, backward's linearity in its incoming gradient, and the
-Hessian-vector product and mixed term against central differences of the gradient, each
+against central differences, backward's linearity in its incoming gradient, the
+Hessian-vector product against central differences of the gradient, each
 with a step chosen for its direction (the largest at which the differences at :math:`h` and
 :math:`h/2` agree and no kink is crossed). Each costs a few calls of your Function, so the
 cost grows linearly with the inputs. At your inputs, backward and the backward of backward are
@@ -27,7 +27,10 @@ error of at least 5% of the *whole* Hessian-vector product is missed with a chan
 most :math:`2.5 \times 10^{-4}`; an error confined to a few elements is a smaller share of
 the whole, and the larger the inputs, the more likely it is missed. When no direction can be
 decided (every one crosses a kink), the verdict says "could not decide", never a pass. The
-graph is read only to name the cause of a failure.
+mixed term (the derivative in the incoming gradient) is projected on a random signed vector
+:math:`w` and compared with backward's own product with :math:`w`: exact, since backward is
+linear in its incoming gradient, and missed with the same chance as the Hessian-vector
+product's error. The graph is read only to name the cause of a failure.
 """
 
 # %%
@@ -185,6 +188,40 @@ print(check(lambda x: SquareKernel.apply(x, 0.5), torch.randn(4)))
 # An error raised by the Function is reported as that, with its message, not as a wrong
 # derivative. Here the call forgets the ``scale`` argument.
 print(check(SquareKernel.apply, torch.randn(4)))
+
+# %%
+# BROKEN: a lost mixed term, at 10,000 elements
+# ----------------------------------------------
+# A backward that detaches its incoming gradient still computes the right first derivative
+# and the right Hessian-vector product; only the mixed term, the derivative in the incoming
+# gradient (what a gradient penalty differentiates), is lost. Above gradgradcheck's size the
+# check projects it on a random signed :math:`w` and compares
+# :math:`w^\top(\partial_v\, u^\top g)` from double backward with :math:`u^\top g(x, w)`
+# from backward, equal for any backward linear in its incoming gradient. Autograd's own
+# mixed terms, printed first, show which is right.
+
+
+class SquareDetachesIncoming(torch.autograd.Function):  # BROKEN on purpose
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x**2
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad_out.detach()  # the mistake: no graph to grad_out
+
+
+x, v, u = torch.randn(10_000, dtype=torch.float64), torch.randn(10_000), torch.randn(10_000)
+for name, fn in (("SquareDetachesIncoming", SquareDetachesIncoming.apply),
+                 ("torch.square", torch.square)):  # fmt: skip
+    leaf, incoming = x.clone().requires_grad_(), v.double().requires_grad_()
+    (grad,) = torch.autograd.grad(fn(leaf), leaf, incoming, create_graph=True)
+    _, mixed = torch.autograd.grad(grad, (leaf, incoming), u.double(), allow_unused=True,
+                                   materialize_grads=True)  # fmt: skip
+    print(f"{name}: |mixed term| = {float(mixed.norm()):.3g}")
+print(check(SquareDetachesIncoming.apply, x))
 
 # %%
 # A normalisation over wide rows, at 10,000 elements

@@ -261,3 +261,30 @@ def test_a_read_only_zero_tensor_is_differenced():
     assert found.decided and torch.equal(
         found.value, torch.zeros(3, dtype=torch.float64)
     )
+
+
+def test_a_known_centre_is_used_and_along_is_not_called_at_zero():
+    x, u = _randn(50), _randn(50, seed=1)
+    called = []
+
+    def along(t):
+        called.append(t)
+        return torch.sin(x + t * u)
+
+    found = central_difference(along, dtype=torch.float64, center=torch.sin(x))
+    assert 0.0 not in called
+    assert _relative(found.value, torch.cos(x) * u) < 1e-8  # the analytic derivative
+
+
+def test_finiteness_is_read_from_the_norm_and_scanned_only_when_it_overflows():
+    huge = torch.full((4,), 1e200, dtype=torch.float64)  # finite, but its norm overflows
+    assert not torch.isfinite(torch.linalg.vector_norm(huge))
+    assert fd.all_finite(huge, float(torch.linalg.vector_norm(huge)))
+    for bad in (float("nan"), float("inf")):
+        t = torch.ones(4, dtype=torch.float64)
+        t[2] = bad
+        assert not fd.all_finite(t, float(torch.linalg.vector_norm(t)))
+    # Finite values whose norm overflows are differenced, not refused as non-finite.
+    found = central_difference(lambda t: 1e200 * (1 + t) * torch.ones(4, dtype=torch.float64),
+                               dtype=torch.float64)  # fmt: skip
+    assert found.decided and float(found.value[0]) == pytest.approx(1e200)

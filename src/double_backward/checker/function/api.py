@@ -138,6 +138,7 @@ def check(
                      for node in found.once_differentiable]  # fmt: skip
     weights = [evidence.draw(outputs[i], settings.generator)  # type: ignore[arg-type]
                for i in call.kept]  # fmt: skip
+    outputs = []  # their graph, as large as the outputs, is not needed again: freed
 
     if points is None:
         points = 1 if settings.gradcheck_mode == "none" else 2

@@ -18,7 +18,13 @@ from torch.overrides import TorchFunctionMode
 from ...graph_walks import reaches
 from ..shared.report import Problem
 from .calling import Call, describe, differentiable, flatten, quietly
-from .evidence import NON_FINITE_SECOND, Failed, Settings, wrong_second_derivatives
+from .evidence import (
+    NON_FINITE_SECOND,
+    Failed,
+    Settings,
+    draw,
+    wrong_second_derivatives,
+)
 
 _ONCE_DIFFERENTIABLE_MESSAGE = "marked with @once_differentiable"
 _NO_GRAPH_MESSAGE = "does not require grad and does not have a grad_fn"
@@ -195,8 +201,8 @@ def _kept_at_another_point(call: Call, inputs: Sequence[torch.Tensor], count: in
     moved = []
     for x in inputs:
         size = max(float(x.detach().abs().pow(2).mean()) ** 0.5 if x.numel() else 0.0, 1.0)
-        drawn = torch.randn(x.shape, generator=generator, dtype=x.dtype, device="cpu")
-        moved.append(x.detach() + 0.5 * size * drawn.to(x.device))
+        drawn = draw(x.detach(), generator)  # drawn on the CPU, moved to x's device
+        moved.append(x.detach() + 0.5 * size * drawn)
     try:
         with torch.enable_grad():
             leaves = [x.requires_grad_() for x in moved]

@@ -9,9 +9,10 @@ Two kinds of check, for every order:
 - checks along random *signed* directions, each costing a few calls of the Function per step
   tried, so they run at every size: the incoming gradient left unchanged by backward, the
   vector-Jacobian product with a random incoming gradient against central differences,
-  backward's linearity in the incoming gradient, a finite second derivative, and the
-  Hessian-vector product (and the mixed term, through the incoming gradient) against central
-  differences of the gradient. The central differences choose their step per direction and
+  backward's linearity in the incoming gradient, a finite second derivative, the
+  Hessian-vector product against central differences of the gradient, and the mixed term
+  (through the incoming gradient) projected on a random signed w against backward's own
+  product with w. The central differences choose their step per direction and
   refuse a segment where a kink is crossed
 (:mod:`~double_backward.checker.shared.finite_differences`);
   a direction no step decides is drawn again, and when none decides (and no Jacobian check
@@ -31,7 +32,12 @@ from typing import Any
 import torch
 from torch.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
 
-from ..shared.finite_differences import Difference, central_difference, settled
+from ..shared.finite_differences import (
+    Difference,
+    all_finite,
+    central_difference,
+    settled,
+)
 from .calling import Call, dot, norm, quietly
 
 FULL_MODE_UP_TO = 100  # elements of the differentiated inputs, all together
@@ -100,6 +106,10 @@ class Settings:
     surrogate_gradient: bool = False
     # Directions decided at a finer step than a staircase's (settled): a note says so.
     staircases: int = 0
+    # The directions of this check, drawn once and shared by its checks (:func:`_direction`),
+    # and the backwards already run with them (:func:`_backward`).
+    drawn: dict = dataclasses.field(default_factory=dict, repr=False)
+    backwards: dict = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def tol(self) -> dict[str, float]:
@@ -152,7 +162,10 @@ def first_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
 def second_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
     """gradgradcheck (when small), then Hessian-vector products and mixed terms in
     directions."""
-    if not s.surrogate_gradient:
+    s.backwards.clear()  # the first order's backwards are not read again
+    if not s.surrogate_gradient and s.gradcheck_mode != "none":
+        # Before gradgradcheck, whose message would not say "NaN"; above its size the
+        # directions look at their own Hessian-vector products (one forward and HVP fewer).
         _attempt(lambda: finite_second_derivative(call, at, s), "double backward")
     done = []
     if s.gradcheck_mode != "none":
@@ -174,14 +187,48 @@ def second_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
 # -- directions -------------------------------------------------------------------------
 
 
+# The dtype a direction is drawn in: torch's CPU normal sampler is vectorised for float32
+# only (10^6 float64 normals: 17 ms; float32, then cast: 2.7 ms, torch 2.13 on one core).
+# A direction needs no more than float32's 24 bits: it is still a standard normal draw, so
+# the detection bound (derived for u ~ N(0, I)) is unchanged.
+_DRAWN_IN = {torch.float64: torch.float32, torch.complex128: torch.complex64}
+
+
 def draw(like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """A standard normal draw shaped like ``like``, drawn on the CPU (so the same seed gives
-    the same draw on every device), then moved to ``like``'s device."""
-    drawn = torch.randn(like.shape, generator=generator, dtype=like.dtype, device="cpu")
-    return drawn.to(like.device)
+    the same draw on every device), then moved to ``like``'s device and dtype."""
+    drawn_in = _DRAWN_IN.get(like.dtype, like.dtype)
+    drawn = torch.randn(like.shape, generator=generator, dtype=drawn_in, device="cpu")
+    return drawn.to(device=like.device, dtype=like.dtype)
 
 
 _randn = draw
+
+
+def _direction(like: torch.Tensor, s: Settings, role: str, index: int) -> torch.Tensor:
+    """Direction ``index`` of ``role`` ("v": an incoming gradient, shaped like an output;
+    "u": shaped like an input), drawn once per check and shared by its checks: each check
+    still takes independent draws among its own (index 0, 1, ...; v and u never the same
+    draw), so each one's chance of a miss is what it was; only drawing, the largest cost at
+    10^6 elements, is not repeated. A direction drawn again (none decided) is a fresh draw."""
+    key = (role, index, tuple(like.shape), like.dtype, like.device)
+    if key not in s.drawn:
+        s.drawn[key] = draw(like, s.generator)
+    return s.drawn[key]
+
+
+def _backward(call: Call, at: tuple[torch.Tensor, ...], v: Sequence[torch.Tensor],
+              s: Settings) -> tuple[torch.Tensor, ...]:  # fmt: skip
+    """The gradients of a backward at ``at`` with incoming gradient ``v``, run once per
+    (point, shared direction): the first-order checks read the same backwards (the last two
+    kept: each is as large as the inputs). Only for the shared directions, never modified."""
+    key = (id(at), *(id(w) for w in v))
+    if key not in s.backwards:
+        grads = _attempt(lambda: _grad(call, at, v)[1], "backward")
+        while len(s.backwards) >= 2:
+            del s.backwards[next(iter(s.backwards))]
+        s.backwards[key] = (at, v, grads)  # at and v held: their ids stay theirs
+    return s.backwards[key][2]
 
 
 def _direction_scale(at: Sequence[torch.Tensor]) -> float:
@@ -242,6 +289,23 @@ def _grad(
     return leaves, grads
 
 
+def _grad_shifted(call: Call, at: Sequence[torch.Tensor], u: Sequence[torch.Tensor], t: float,
+                  v: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:  # fmt: skip
+    """The gradients of backward at ``at + t u`` with incoming gradient ``v`` (detached).
+    The shifted point is made by autograd from leaves sharing ``at``'s memory, so the
+    Function gets a new tensor that is no leaf (one it may edit in place, mark_dirty)
+    without the copy :func:`_grad` makes: one vector fewer, per call, than a shift and a
+    copy."""
+    leaves = _leaves(at)
+    with torch.enable_grad():
+        shifted = [torch.add(x, d, alpha=t) for x, d in zip(leaves, u, strict=True)]
+        outs = quietly(lambda: call(*shifted, fresh=True))
+        shifted = []  # the graph holds what it needs of them
+        grads = quietly(lambda: torch.autograd.grad(
+            outs, leaves, v, allow_unused=True, materialize_grads=True))  # fmt: skip
+    return tuple(g.detach() for g in grads)
+
+
 def _second(total: torch.Tensor, wrt: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
     """The gradient of ``total`` (built with create_graph) with respect to ``wrt``."""
     if not total.requires_grad:  # no graph at all: every second derivative is zero
@@ -266,9 +330,9 @@ def incoming_untouched(call: Call, at: tuple[torch.Tensor, ...],
     autograd may hand the same tensor to other consumers (and hands the caller's own tensor
     to backward), so a backward that edits it in place corrupts gradients elsewhere, and under
     create_graph (a penalty's incoming gradient requires grad) the edit raises."""
-    v = [_randn(o, s.generator) for o in outs]
+    v = [_direction(o, s, "v", 0) for o in outs]
     kept = [w.clone() for w in v]
-    _attempt(lambda: _grad(call, at, v), "backward")
+    _backward(call, at, v, s)
     changed = [i for i, (w, k) in enumerate(zip(v, kept, strict=True)) if not torch.equal(w, k)]
     if changed:
         raise Failed("modified-incoming", (
@@ -282,17 +346,20 @@ def linearity(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torch.Ten
     """backward(a v1 + b v2) against a backward(v1) + b backward(v2), for random signed v1,
     v2, a and b, compared along a random direction u (each product of backward with u varies
     as much as backward itself, so a non-linear part shows at once)."""
-    u = [_randn(x, s.generator) for x in at]
-    v1 = [_randn(o, s.generator) for o in outs]
-    v2 = [_randn(o, s.generator) for o in outs]
+    u = [_direction(x, s, "u", 1) for x in at]
+    v1 = [_direction(o, s, "v", 0) for o in outs]
+    v2 = [_direction(o, s, "v", 1) for o in outs]
     # Signed factors of size 0.5 to 2, so that neither term is negligible.
     size = torch.rand(2, generator=s.generator, dtype=torch.float64, device="cpu") * 1.5 + 0.5
     sign = torch.randint(0, 2, (2,), generator=s.generator, device="cpu") * 2 - 1
     a, b = (float(c) for c in size * sign)
-    combined = [(p * a).add_(q, alpha=b) for p, q in zip(v1, v2, strict=True)]
     along, scale = [], 0.0
-    for v in (v1, v2, combined):
-        g = _attempt(lambda v=v: _grad(call, at, v)[1], "backward")
+    for v in (v1, v2, None):
+        if v is None:  # a v1 + b v2 (v1 and v2 are shared: not modified)
+            v = [(p * a).add_(q, alpha=b) for p, q in zip(v1, v2, strict=True)]
+            g = _attempt(lambda v=v: _grad(call, at, v)[1], "backward")
+        else:
+            g = _backward(call, at, v, s)
         along.append(float(dot(g, u)))
         scale = max(scale, norm(g))
         del g
@@ -333,10 +400,11 @@ class Tally:
 
 def _difference(along: Callable[[float], torch.Tensor], c: float, s: Settings,
                 scale: float, accept: Callable[[torch.Tensor], bool] | None = None,
-                ) -> Difference:  # fmt: skip
-    """The derivative along a direction scaled by ``c``, per unit of that direction; one that
-    ``accept`` rejects is tried again at finer steps (a staircase: settled)."""
-    found = central_difference(along, dtype=s.dtype, scale=scale * c)
+                center: torch.Tensor | None = None) -> Difference:  # fmt: skip
+    """The derivative along a direction scaled by ``c``, per unit of that direction
+    (``center``: ``along(0)``, when it is known already); one that ``accept`` rejects is tried
+    again at finer steps (a staircase: settled)."""
+    found = central_difference(along, dtype=s.dtype, scale=scale * c, center=center)
     if accept is not None and found.value is not None:
         found = settled(along, found, lambda value: accept(value / c), dtype=s.dtype,
                         scale=scale * c)  # fmt: skip
@@ -349,10 +417,11 @@ def _vector_error(analytic: torch.Tensor, estimate: torch.Tensor, floor: float) 
     """|analytic - estimate| / max(|analytic|, |estimate|, floor): the relative error, where
     ``floor`` (a size below which a derivative is rounding) keeps a zero derivative from being
     judged against its own rounding. A NaN or inf in ``analytic`` is an infinite error."""
-    if not bool(torch.isfinite(analytic).all()):
+    analytic_norm = norm([analytic])
+    if not all_finite(analytic, analytic_norm):
         return math.inf
     analytic = analytic.to(estimate.dtype)
-    scale = max(norm([analytic]), norm([estimate]), floor)
+    scale = max(analytic_norm, norm([estimate]), floor)
     return norm([analytic - estimate]) / scale if scale > 0 else 0.0
 
 
@@ -362,13 +431,14 @@ def _error_text(worst: float) -> str:
     return "error < 1e-8" if worst < 1e-8 else f"error {worst:.0e}"
 
 
-def _worst(tally: Tally, s: Settings, what: str) -> float:
+def _worst(tally: Tally, s: Settings, what: str,
+           against: str = "central differences") -> float:  # fmt: skip
     """The worst error over the directions that decided, or :class:`Failed`: "mismatch" when
     one exceeds the tolerance, "undecided" when none decided and no Jacobian check ran."""
     failing = [e for e in tally.errors if e > s.rtol]
     if failing:
         raise Failed("mismatch", (
-            f"{what}: relative error {max(failing):.2g} against central differences in "
+            f"{what}: relative error {max(failing):.2g} against {against} in "
             f"{len(failing)} of {len(tally.errors)} random signed directions (tolerance "
             f"{s.rtol:g})."
         ))  # fmt: skip
@@ -396,14 +466,15 @@ def vjp_directions(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torc
     signed v and u (u drawn again, up to three times, where no step decides)."""  # fmt: skip
     c = _direction_scale(at)
     tally = Tally()
-    for _ in range(s.directions):
-        v = [_randn(o, s.generator) for o in outs]
-        g = _attempt(lambda v=v: _grad(call, at, v)[1], "backward")
+    for index in range(s.directions):
+        v = [_direction(o, s, "v", index) for o in outs]
+        g = _backward(call, at, v, s)
         # Below this, a derivative is negligible beside what vᵀf varies by over c (corrcoef
         # of two observations is constant: both derivatives are 1e-16 noise).
         floor = NEGLIGIBLE[s.dtype] * norm(v) * norm(outs) / c
-        for _ in range(3):
-            u = [_randn(x, s.generator) for x in at]
+        for attempt in range(3):
+            u = [_direction(x, s, "u", index) if attempt == 0 else _randn(x, s.generator)
+                 for x in at]  # fmt: skip
             analytic = float(dot(g, u))
 
             def along(t: float, u: list = u, v: list = v) -> torch.Tensor:
@@ -415,8 +486,9 @@ def vjp_directions(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torc
                 return abs(analytic - estimate) <= s.rtol * max(
                     norm(g) + abs(estimate), floor, 1e-300)  # fmt: skip
 
-            found = _attempt(lambda along=along, g=g, accept=accept: _difference(
-                along, c, s, norm(g), accept), "forward")  # fmt: skip
+            center = dot(v, outs)  # along(0): the outputs at ``at`` are known
+            found = _attempt(lambda along=along, g=g, accept=accept, center=center: _difference(
+                along, c, s, norm(g), accept, center), "forward")  # fmt: skip
             if found.value is None:
                 tally.undecided.append(found.reason)
                 continue
@@ -436,37 +508,79 @@ def _analytic_second(call: Call, at: tuple[torch.Tensor, ...], v: Sequence[torch
                      u: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, float]:
     """The Hessian-vector product of vᵀf along u and the mixed term J u, by double backward
     (an incoming gradient that requires grad, as in a gradient penalty), flat; and |g|."""
-    incoming = [w.clone().requires_grad_() for w in v]
+    hvp, mixed, g = _second_at(call, at, v, u)
+    return hvp, _flat(mixed), norm([g])
+
+
+def _second_at(
+    call: Call, at: tuple[torch.Tensor, ...], v: Sequence[torch.Tensor],
+    u: Sequence[torch.Tensor],
+) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:  # fmt: skip
+    """The Hessian-vector product (flat), the mixed term (one tensor per output, not
+    concatenated: no copy as large as the outputs) and the gradient g(at, v) itself (flat,
+    detached: the centre of its central differences, not computed again)."""
+    # Leaves sharing v's memory (no copy): backward cannot edit them in place (a leaf that
+    # requires grad refuses it), and one that tries fails incoming_untouched first.
+    incoming = [w.detach().requires_grad_() for w in v]
     leaves, g = _grad(call, at, incoming, create_graph=True)
     with torch.enable_grad():
         second = _second(dot(g, u), [*leaves, *incoming])
-    return _flat(second[: len(leaves)]), _flat(second[len(leaves):]), norm(g)
+    return _flat(second[: len(leaves)]), list(second[len(leaves):]), _flat(
+        [x.detach() for x in g])  # fmt: skip
 
 
-def finite_second_derivative(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> None:
-    """One Hessian-vector product and mixed term, which must be finite where the outputs and
-    the first derivative are (a NaN compares as neither equal nor unequal: it is looked for)."""
-    outs = _outputs(call, at)
-    v = [_randn(o, s.generator) for o in outs]
-    u = [_randn(x, s.generator) for x in at]
-    hvp, mixed, g_size = _analytic_second(call, at, v, u)
-    if not math.isfinite(g_size):
-        return  # the first derivative is not finite: its own checks say so
-    bad = int((~torch.isfinite(hvp)).sum()) + int((~torch.isfinite(mixed)).sum())
+def _require_finite_second(hvp: torch.Tensor, mixed: Sequence[torch.Tensor]) -> None:
+    """Failed when the Hessian-vector product or the mixed term holds a NaN or inf (called
+    where the outputs and the first derivative are finite). A NaN compares as neither equal
+    nor unequal, so it is looked for; the norms answer without a scan when all is finite."""
+    if all_finite(hvp, norm([hvp])) and all(all_finite(m, norm([m])) for m in mixed):
+        return
+    bad = sum(int((~torch.isfinite(t)).sum()) for t in (hvp, *mixed))
     if bad:
+        total = hvp.numel() + sum(_flat([m]).numel() for m in mixed)
         raise Failed("mismatch", (
-            f"{NON_FINITE_SECOND}: {bad} of {hvp.numel() + mixed.numel()} elements of a "
+            f"{NON_FINITE_SECOND}: {bad} of {total} elements of a "
             "Hessian-vector product and mixed term are NaN or inf, though the outputs and the "
             "first derivative are finite."
         ))  # fmt: skip
 
 
+def finite_second_derivative(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> None:
+    """One Hessian-vector product and mixed term, which must be finite where the outputs and
+    the first derivative are. (Above gradcheck's size :func:`hvp_directions` looks at its
+    own, and this one is not run.)"""
+    outs = _outputs(call, at)
+    v = [_direction(o, s, "v", 0) for o in outs]
+    u = [_direction(x, s, "u", 0) for x in at]
+    hvp, mixed, g = _second_at(call, at, v, u)
+    if not math.isfinite(norm([g])):
+        return  # the first derivative is not finite: its own checks say so
+    _require_finite_second(hvp, mixed)
+
+
+def _mixed_error(call: Call, at: tuple[torch.Tensor, ...], mixed: list[torch.Tensor],
+                 u: Sequence[torch.Tensor], w: Sequence[torch.Tensor], floor: float) -> float:
+    """The mixed term m = J u from double backward, projected on a random signed w, against
+    backward's own product with w: wᵀm = uᵀ(Jᵀw) exactly, since g(x, v) is linear in v
+    (checked) and its product with u is checked against central differences. A number, not a
+    vector: central differences of f along u held seven vectors shaped like the outputs. An
+    error e in m shows as wᵀe ~ |e| N(0, 1): missed with the HVP's chance, sqrt(2/pi) τ/ε.
+    Empties ``mixed`` once read: its memory is free for backward's."""
+    analytic, size = float(dot(mixed, w)), norm(mixed)
+    mixed.clear()
+    reference = float(dot(_grad(call, at, w)[1], u))
+    if not math.isfinite(analytic):
+        return math.inf
+    return abs(analytic - reference) / max(size + abs(reference), floor, 1e-300)
+
+
 def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> Tally:
     """With an incoming gradient v that requires grad, differentiate uᵀg(x, v) once more:
     its derivative in x (the Hessian-vector product of vᵀf) against central differences of
-    g along u, and in v (the mixed term, J u) against central differences of f along u.
-    A direction counts when both decide; one that no step decides is drawn again (up to
-    three times as many draws as ``s.directions``)."""
+    g along u, and in v (the mixed term, J u), projected on a random w, against backward's
+    product uᵀ(Jᵀw). Each must be finite. A direction counts when the central differences
+    decide (a wrong mixed term counts at once); one that no step decides is drawn again (up
+    to three times as many draws as ``s.directions``)."""
     outs = _attempt(lambda: _outputs(call, at), "forward")
     f_size = norm(outs)
     outs = [_template(o) for o in outs]  # only their shapes are needed now
@@ -475,50 +589,54 @@ def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> Tal
     tally = Tally()
 
     def along_g(u: list, v: list) -> Callable[[float], torch.Tensor]:
-        return lambda t: _flat(_grad(call, _shifted(at, u, c * t), v)[1])
+        return lambda t: _flat(_grad_shifted(call, at, u, c * t, v))
 
-    def along_f(u: list) -> Callable[[float], torch.Tensor]:
-        return lambda t: _flat(_outputs(call, _shifted(at, u, c * t), fresh=True))
-
-    def one() -> float | str:
-        v = [_randn(o, s.generator) for o in outs]
-        u = [_randn(x, s.generator) for x in at]
-        hvp, mixed, g_size = _analytic_second(call, at, v, u)
+    def one(index: int) -> float | str:
+        # The shared directions first, fresh draws for a direction drawn again.
+        v = [_direction(o, s, "v", index) if index < s.directions else _randn(o, s.generator)
+             for o in outs]  # fmt: skip
+        u = [_direction(x, s, "u", index) if index < s.directions else _randn(x, s.generator)
+             for x in at]  # fmt: skip
+        hvp, mixed, g_at = _second_at(call, at, v, u)
+        g_size = norm([g_at])
+        if math.isfinite(g_size):  # else the first derivative's own checks say so
+            _require_finite_second(hvp, mixed)
         # Sizes below which a second derivative is negligible: a share NEGLIGIBLE of what
         # the gradient, and vᵀf, could change by over the direction's scale c (corrcoef of
         # one row is constant: its HVPs are 1e-17 noise, not to be compared with each other).
         hvp_floor = rounding * (g_size + norm(v) * f_size / c) / c
-        # The mixed term first, then freed: one vector fewer alive during the HVP's.
-        on_f = _difference(along_f(u), c, s, norm([mixed]), lambda value, mixed=mixed:
-                           _vector_error(mixed, value, rounding * f_size / c) <= s.rtol)
-        mixed_error = None if on_f.value is None else _vector_error(
-            mixed, on_f.value, rounding * f_size / c)  # fmt: skip
-        mixed_reason = on_f.reason
-        s.staircases += on_f.refined
-        del mixed, on_f
+        # The mixed term first, then freed: one vector fewer alive during the HVP's. Its w,
+        # independent of this direction's v and u: the other shared v, or a fresh draw.
+        other = 1 - index
+        w = [_direction(o, s, "v", other) if 0 <= other < s.directions
+             else _randn(o, s.generator) for o in outs]  # fmt: skip
+        mixed_error = _mixed_error(call, at, mixed, u, w, rounding * f_size / c)
+        del w
+        if mixed_error > s.rtol:
+            return mixed_error  # a wrong mixed term counts, whatever the HVP's differences
         # Judged against the floor too: a zero HVP (a piecewise-linear function) whose
         # gradient rounds differently at each shifted point is not its own scale.
         on_g = _difference(along_g(u, v), c, s, max(norm([hvp]), hvp_floor),
-                           lambda value: _vector_error(hvp, value, hvp_floor) <= s.rtol)
+                           lambda value: _vector_error(hvp, value, hvp_floor) <= s.rtol,
+                           center=g_at)  # fmt: skip
+        del g_at
         if on_g.value is None:
             return on_g.reason
         s.staircases += on_g.refined
-        hvp_error = _vector_error(hvp, on_g.value, hvp_floor)
-        if mixed_error is None:
-            return hvp_error if hvp_error > s.rtol else mixed_reason  # a wrong HVP counts
-        return max(hvp_error, mixed_error)
+        return max(_vector_error(hvp, on_g.value, hvp_floor), mixed_error)
 
     tries = 0
     while len(tally.errors) < s.directions and tries < 3 * s.directions:
+        found = _attempt(lambda index=tries: one(index), "double backward")
         tries += 1
-        found = _attempt(one, "double backward")
         if isinstance(found, str):
             tally.undecided.append(found)
         else:
             tally.errors.append(found)
             if found > s.rtol:
                 break
-    _worst(tally, s, "the second derivative (Hessian-vector product, mixed term)")
+    _worst(tally, s, "the second derivative (Hessian-vector product, mixed term)",
+           "central differences of the gradient (the mixed term: against backward)")
     return tally
 
 

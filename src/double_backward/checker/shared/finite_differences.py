@@ -25,6 +25,7 @@ skipped; if it raises at every step, its first error is raised.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -89,6 +90,7 @@ def central_difference(
     steps: Sequence[float] | None = None,
     tolerance: float | None = None,
     scale: float = 0.0,
+    center: torch.Tensor | None = None,
 ) -> Difference:
     """Derivative at t=0 of t -> along(t) (a tensor of any shape), by central differences,
     choosing the step: a sweep over several scales, accepted only where h and h/2 agree
@@ -101,13 +103,14 @@ def central_difference(
     (norms over all elements): pass as ``scale`` the size the estimate will be compared
     against (the analytic derivative's norm), so that a derivative that is truly zero is not
     judged against its own rounding noise. The differences are taken in float64 (complex128
-    for complex values), and the value comes back in that dtype.
+    for complex values), and the value comes back in that dtype. ``center``, when the caller
+    has it already, is ``along(0)`` (one call fewer).
     """
     if steps is not None and (not steps or any(not h > 0 for h in steps)):
         raise ValueError(
             f"central_difference: steps must be positive floats, got {steps!r}"
         )
-    center = along(0.0)
+    center = along(0.0) if center is None else center
     if not isinstance(center, torch.Tensor):
         raise TypeError(
             f"central_difference: along(t) must return a tensor, got {type(center)}"
@@ -122,7 +125,8 @@ def central_difference(
         return _mutable(along(t).detach().to(wide))
 
     f0 = _mutable(center.detach().to(wide))
-    if not torch.isfinite(f0).all():
+    f0_norm = _norm(f0)
+    if not all_finite(f0, f0_norm):
         return Difference(None, None, False, NON_FINITE)
     reasons = []
     kinks: list[tuple[float, float]] = []  # (step, asymmetry) where a kink was flagged
@@ -136,10 +140,11 @@ def central_difference(
         except Exception as error:  # noqa: BLE001 - outside the domain at this step?
             errors.append(error)
             continue
-        if not (bool(torch.isfinite(plus).all()) and bool(torch.isfinite(minus).all())):
+        plus_norm, minus_norm = _norm(plus), _norm(minus)
+        if not (all_finite(plus, plus_norm) and all_finite(minus, minus_norm)):
             reasons.append(NON_FINITE)  # perhaps outside the domain: a smaller step may not be
             continue
-        largest = max(_norm(f0), _norm(plus), _norm(minus))
+        largest = max(f0_norm, plus_norm, minus_norm)
         wide_diff = (plus - minus).div_(2 * h)
         wide_curve = plus.add(minus).sub_(f0, alpha=2).div_(2 * h)  # (f(h) - 2f(0) + f(-h))/2h
         del plus, minus
@@ -148,10 +153,11 @@ def central_difference(
         except Exception as error:  # noqa: BLE001
             errors.append(error)
             continue
-        if not (bool(torch.isfinite(half_plus).all()) and bool(torch.isfinite(half_minus).all())):
+        half_plus_norm, half_minus_norm = _norm(half_plus), _norm(half_minus)
+        if not (all_finite(half_plus, half_plus_norm) and all_finite(half_minus, half_minus_norm)):
             reasons.append(NON_FINITE)
             continue
-        largest = max(largest, _norm(half_plus), _norm(half_minus))
+        largest = max(largest, half_plus_norm, half_minus_norm)
         narrow_diff = (half_plus - half_minus).div_(h)
         # Smooth: (h/2) f'' - (h/2) f'' + O(h³); a kink crossed inside [-h, h]: O(jump).
         asymmetry = half_plus.add(half_minus).sub_(f0, alpha=2).div_(h / 2).sub_(wide_curve)
@@ -242,3 +248,10 @@ def _kink_at_zero(kinks: list[tuple[float, float]]) -> bool:
 
 def _norm(t: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(t)) if t.numel() else 0.0
+
+
+def all_finite(t: torch.Tensor, t_norm: float) -> bool:
+    """Whether every element of ``t`` is finite, given its norm: a NaN or inf makes the norm
+    NaN or inf, so a finite norm answers without a scan of its own (the norm is needed
+    anyway); only a norm that overflowed (elements above 1e154) needs the scan."""
+    return math.isfinite(t_norm) or bool(torch.isfinite(t).all())

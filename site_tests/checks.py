@@ -197,7 +197,7 @@ def live_timing_problems(examples: Path) -> list[str]:
     """
     return [
         f"{script.name}:{number}: reads a clock at build time: {line.strip()}"
-        for script in sorted(examples.glob("plot_*.py"))
+        for script in sorted(examples.rglob("plot_*.py"))
         for number, line in enumerate(script.read_text().splitlines(), start=1)
         if LIVE_TIMING.search(line) and not line.lstrip().startswith("#")
     ]
@@ -403,7 +403,7 @@ def download_problems(site: Path, gallery: str = "auto_examples") -> list[str]:
     (``docs/_ext/editable_listings.py``).
     """
     problems = []
-    pages = sorted((site / gallery).glob("plot_*.html"))
+    pages = sorted((site / gallery).rglob("plot_*.html"))
     if not pages:
         return [f"no example pages in {site / gallery}"]
     for page in pages:

@@ -287,9 +287,9 @@ def write_downloads(app: Sphinx, source: Path, target: Path, docname: str) -> No
         f"# Run it yourself: install the package this script imports, then run it with python:\n"
         f"#     {command}"
         if command
-        else "# Run it yourself: install the package this script imports from a clone of the\n"
-        "# repository (this build has no site address), then run it with python:\n"
-        "#     pip install ."
+        else "# Run it yourself: in the folder of your clone of the repository, install the\n"
+        "# package this script imports, then run this script with python:\n"
+        '#     pip install ".[pages]"'
     )
     needs = page_needs(source.read_text())
     check = prerequisites_check(needs, "script")

@@ -15,7 +15,7 @@ physics-informed residual with a second derivative. Each needs the gradient of a
 # :class:`~double_backward.Exp`. A Newton step solves :math:`H\,\delta = -\nabla f` by
 # conjugate gradients, which needs only products :math:`Hv`: the gradient of
 # :math:`\nabla f \cdot v`, a double backward. Every product runs through the same gradient's
-# graph, hence ``retain_graph=True``: :doc:`plot_09_graph_lifetime`.
+# graph, hence ``retain_graph=True``: :doc:`/auto_examples/writing/plot_09_graph_lifetime`.
 import torch
 
 from double_backward import Exp
@@ -72,7 +72,7 @@ for iteration in range(4):
 # The critic :math:`D(x) = v \cdot \sinh(W x)` uses :func:`~double_backward.sinh`. The penalty
 # :math:`(\lVert \nabla_x D(\hat{x}) \rVert - 1)^2` contains a gradient; training the critic
 # differentiates it with respect to :math:`W`: double backward. (A critic with attention
-# needs more: :doc:`plot_14_builtins_without_double_backward`.)
+# needs more: :doc:`/auto_examples/builtins_and_models/plot_14_builtins_without_double_backward`.)
 from double_backward import sinh
 
 W = torch.randn(4, 3, dtype=torch.float64)
@@ -168,5 +168,5 @@ for name, mine, theirs in zip("awc", ours, native, strict=True):
 # --------
 # Each application is ordinary PyTorch code that happens to differentiate a gradient; a custom
 # Function in it must support double backward, or the result is an error or, worse, silently
-# wrong (:doc:`plot_13_failure_gallery`). Next, how to check yours:
-# :doc:`plot_16_check_your_function`.
+# wrong (:doc:`/auto_examples/when_it_breaks/plot_13_failure_gallery`). Next, how to check yours:
+# :doc:`/auto_examples/when_it_breaks/plot_16_check_your_function`.

@@ -87,7 +87,8 @@ print(f"penalty {penalty.item():.6f} (eager copy: {expected.item():.6f}); same g
 # ----------
 # The donated-buffers error says the backward was compiled for one use. The switch it names
 # removes that error and reveals the real limit: AOTAutograd compiles first-order backward
-# only (:doc:`/auto_examples/plot_19_torch_compile`). Compile what is differentiated once and
+# only (:doc:`/auto_examples/beyond_python/plot_19_torch_compile`). Compile what is differentiated
+# once and
 # run what is differentiated twice in eager mode. Both messages are in the :doc:`/errors`.
 #
 # Next: :doc:`plot_03_third_party_once_differentiable`, when the op that stops you is a

@@ -15,7 +15,7 @@ native op.
 # %%
 # The two styles side by side
 # ---------------------------
-# The old style, from :doc:`plot_01_saving_inputs`:
+# The old style, from :doc:`/auto_examples/tutorial/plot_01_saving_inputs`:
 #
 # .. literalinclude:: /../src/double_backward/functions/saving_inputs.py
 #    :pyobject: Square
@@ -102,7 +102,8 @@ print(f"jvp on both (modern Cube):      diagonal {both.numpy().round(4)}  (6x)")
 # ---------------------------------
 # Dynamo refuses to trace a Function that defines ``jvp`` when an input requires grad, as in
 # training. With ``fullgraph=True`` that is an error; without it the Function runs eagerly at a
-# graph break (:doc:`plot_19_torch_compile`). Both Functions with a ``jvp`` here, ``Square``
+# graph break (:doc:`/auto_examples/beyond_python/plot_19_torch_compile`). Both Functions with a
+# ``jvp`` here, ``Square``
 # and ``Cube``, compiled with ``backend="aot_eager"`` and ``fullgraph=True``: they compile only
 # while no input requires grad, and then there is no gradient to take. The build fails if a
 # torch release compiles them with an input that requires grad, and the gradients are then
@@ -184,4 +185,4 @@ torch.testing.assert_close(forward_over_reverse, reverse_over_reverse)
 # may be used (and to every Function their backward calls; not where ``torch.compile`` must
 # trace them), and a vmap rule (generated for torch operations, hand-written otherwise).
 # :func:`double_backward.check` reports which transforms a Function supports. Next:
-# :doc:`plot_07_deriving_double_backward`, for ops that are not elementwise.
+# :doc:`/auto_examples/writing/plot_07_deriving_double_backward`, for ops that are not elementwise.

@@ -141,7 +141,8 @@ print(
 # ---------------------------------------
 # A backward made of native ops inherits their derivatives, and those are only as good as
 # each op's own formulas. A fused native kernel saves statistics from its forward, as the
-# trap of :doc:`plot_07_deriving_double_backward` does, and its double backward formula
+# trap of :doc:`/auto_examples/writing/plot_07_deriving_double_backward` does, and its double
+# backward formula
 # accounts for them by hand; the formula one order up may not. ``F.batch_norm`` in training
 # mode, each order of :math:`\sum_i c_i \cdot` (the previous derivative) against the same
 # batch norm composed of ``mean``, ``var`` and elementwise ops (`pytorch/pytorch#186256
@@ -226,5 +227,6 @@ for name, outer, inner in (("jacrev(jacrev)", jacrev, jacrev), ("jacfwd(jacrev)"
 # ``.backward()`` whose incoming gradient requires grad, and silent when other terms of the
 # loss reach the input. Test the second derivative the way your code takes it (or run
 # :func:`~torch.autograd.gradgradcheck`, which raises). Next, how long a graph lives when you
-# differentiate it more than once: :doc:`plot_09_graph_lifetime`; more mistakes that are not
-# loud: :doc:`plot_13_failure_gallery`.
+# differentiate it more than once: :doc:`/auto_examples/writing/plot_09_graph_lifetime`; more
+# mistakes that are not
+# loud: :doc:`/auto_examples/when_it_breaks/plot_13_failure_gallery`.

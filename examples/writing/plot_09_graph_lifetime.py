@@ -269,5 +269,7 @@ for label, fn in [
 # ``use_reentrant=False``. Each gradient made with ``create_graph=True`` keeps its graph's saved
 # tensors alive for as long as you hold it.
 #
-# Next: what happens to saved tensors edited in place, in :doc:`plot_10_inplace_and_views`, and
-# how the applications hold their graphs, in :doc:`plot_15_applications`.
+# Next: what happens to saved tensors edited in place, in
+# :doc:`/auto_examples/writing/plot_10_inplace_and_views`, and
+# how the applications hold their graphs, in
+# :doc:`/auto_examples/builtins_and_models/plot_15_applications`.

@@ -253,4 +253,4 @@ print(f"bfloat16 eps: {torch.finfo(torch.bfloat16).eps:.1e}")
 # with ``custom_fwd`` and ``custom_bwd``.
 #
 # Next: backwards that are deliberately *not* the derivative, in
-# :doc:`plot_12_surrogate_gradients`.
+# :doc:`/auto_examples/writing/plot_12_surrogate_gradients`.

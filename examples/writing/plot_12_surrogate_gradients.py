@@ -178,7 +178,7 @@ for name, fn in surrogates.items():
 # -------------------------------------------------------------
 # :class:`~double_backward.functions.surrogates.FastSigmoidSpikeSavesSurrogate` computes
 # :math:`s'(x)` in forward and saves it: an intermediate with no history, so the
-# :math:`s''` term is lost, the trap of :doc:`plot_03_saving_intermediates`.
+# :math:`s''` term is lost, the trap of :doc:`/auto_examples/tutorial/plot_03_saving_intermediates`.
 #
 # .. literalinclude:: /../src/double_backward/functions/surrogates.py
 #    :pyobject: FastSigmoidSpikeSavesSurrogate
@@ -201,4 +201,4 @@ print(
 # ``check(fn, x, surrogate_gradient=True)``.
 #
 # Next: the mistakes that break double backward, each with its fix, in
-# :doc:`plot_13_failure_gallery`.
+# :doc:`/auto_examples/when_it_breaks/plot_13_failure_gallery`.

@@ -133,6 +133,16 @@ print(f"compiled gradient: {grad_x.tolist()}  (2x = {(2 * x).tolist()})")
 print(f"gradient {grad_x.tolist()}, grad_fn: {type(grad_x.grad_fn).__name__}")
 
 # %%
+# The graph of that gradient: AOTAutograd's compiled backward is one node.
+from double_backward.graph import autograd_graph
+
+autograd_graph(
+    {"grad_x": grad_x},
+    {"x": x},
+    title="Graph of grad_x through the compiled Square",
+)
+
+# %%
 # The double-backward error
 # -------------------------
 # Differentiating that gradient again is where compile stops. This is the message the

@@ -99,6 +99,20 @@ print(
 print(f"max |difference|: {(ours - native).abs().max():.1e}")
 
 # %%
+# The graph of the critic's input gradient with ``sinh``, which the penalty differentiates.
+from double_backward.graph import autograd_graph
+
+weights = W.clone().requires_grad_()
+points = x_hat.clone().requires_grad_()
+critic = (sinh(points @ weights.T) @ v).sum()
+(grad_points,) = torch.autograd.grad(critic, points, create_graph=True)
+autograd_graph(
+    {"grad_points": grad_points},
+    {"points": points, "W": weights},
+    title="Graph of the critic's input gradient with sinh, for the gradient penalty",
+)
+
+# %%
 # A MAML meta-gradient
 # --------------------
 # One inner gradient step on a task's training data, :math:`\theta' = \theta - \alpha \nabla

@@ -210,6 +210,18 @@ except RuntimeError as error:
     print(f"LOUD ERROR  RuntimeError: {error}")
 
 # %%
+# The graph of ``grad_query``: the fused kernel's backward node is the one with no derivative.
+from double_backward.graph import autograd_graph
+
+attention = F.scaled_dot_product_attention(query, query, query)
+(grad_query,) = torch.autograd.grad(attention.sum(), query, create_graph=True)
+autograd_graph(
+    {"grad_query": grad_query},
+    {"query": query},
+    title="Graph of grad_query through the fused attention kernel's backward",
+)
+
+# %%
 # **Why:** the fused CPU kernel's backward is a single op with no derivative formula.
 # **Fix:** where you need the second derivative, write attention with differentiable ops, or
 # select PyTorch's composite "math" kernel; both pass

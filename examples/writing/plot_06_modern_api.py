@@ -179,6 +179,19 @@ print(f"reverse over reverse: {reverse_over_reverse.numpy().round(6)}")
 torch.testing.assert_close(forward_over_reverse, reverse_over_reverse)
 
 # %%
+# The graph of ``grad_f``, the gradient that the reverse-over-reverse product differentiated:
+# a graph back to ``x``, recorded because ``create_graph=True``.
+from double_backward.graph import autograd_graph
+
+# (Drawn from a fresh grad_f: the product above freed the first one's saved tensors.)
+(grad_f,) = torch.autograd.grad(f(x_leaf), x_leaf, create_graph=True)
+autograd_graph(
+    {"grad_f": grad_f},
+    {"x": x_leaf},
+    title="Graph of grad_f for the setup_context Cube, back to x",
+)
+
+# %%
 # Takeaway
 # --------
 # Write new Functions in the ``setup_context`` style, give them a ``jvp`` when forward mode

@@ -45,6 +45,18 @@ for name, (ours, native) in PAIRS.items():
     print(f"{name:8}{row}")
 
 # %%
+# The graph of ``Cube``'s first derivative, which each higher order differentiates again.
+from double_backward.graph import autograd_graph
+
+x_leaf = x.clone().requires_grad_()
+(grad_x,) = torch.autograd.grad(Cube.apply(x_leaf), x_leaf, create_graph=True)
+autograd_graph(
+    {"grad_x": grad_x},
+    {"x": x_leaf},
+    title="Graph of Cube's first derivative, differentiated again for each higher order",
+)
+
+# %%
 # All four reach the fourth order, for the same reason the second worked: ``Square``, ``Exp``
 # and ``Sinh`` build backward from differentiable torch operations on tracked tensors, and
 # ``Cube``'s backward is a Function (``CubeBackward``) whose own backward is again torch

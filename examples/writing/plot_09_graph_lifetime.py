@@ -27,6 +27,18 @@ print(f"H v          : {hvp.numpy().round(4)}")
 print(f"e^x * v      : {(torch.exp(x) * v).detach().numpy().round(4)}")
 
 # %%
+# The graph every product on this page runs through, ``grad_x``'s, drawn from a fresh
+# ``grad_x``: the product above freed the first one's saved tensors.
+from double_backward.graph import autograd_graph
+
+(fresh_grad_x,) = torch.autograd.grad(Exp.apply(x).sum(), x, create_graph=True)
+autograd_graph(
+    {"grad_x": fresh_grad_x},
+    {"x": x},
+    title="Graph of grad_x for Exp, which every Hessian-vector product here differentiates",
+)
+
+# %%
 # A second product on the same gradient
 # -------------------------------------
 # A Newton or conjugate-gradient solver asks for many products from one ``grad_x``. The second

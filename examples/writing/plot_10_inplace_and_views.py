@@ -67,6 +67,17 @@ print(f"gradcheck passed: {gradcheck(exp_inplace, (x,))}")
 print(f"gradgradcheck passed: {gradgradcheck(exp_inplace, (x,))}")
 
 # %%
+# The graph of ``grad_x`` through the in-place Function, back to ``x`` through the clone.
+from double_backward.graph import autograd_graph
+
+(grad_x,) = torch.autograd.grad(exp_inplace(x).sum(), x, create_graph=True)
+autograd_graph(
+    {"grad_x": grad_x},
+    {"x": x},
+    title="Graph of grad_x through ExpInplace on a clone of x",
+)
+
+# %%
 # Saving a copy of the input from before the edit (broken on purpose)
 # -------------------------------------------------------------------
 # Another way to keep what backward needs: copy ``x`` before overwriting it.

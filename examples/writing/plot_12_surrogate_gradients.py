@@ -61,6 +61,19 @@ for label, rounding in [
     print(f"{label}: dP/dw {(d_w + 0).numpy()}   dP/dx {(d_x + 0).numpy()}")
 
 # %%
+# The graph of ``grad_x`` for ``RoundSTE`` in that loss: the penalty reaches ``w`` through it.
+from double_backward.graph import autograd_graph
+
+(grad_x,) = torch.autograd.grad(
+    (w * RoundSTE.apply(x) ** 2).sum(), x, create_graph=True
+)
+autograd_graph(
+    {"grad_x": grad_x},
+    {"x": x, "w": w},
+    title="Graph of grad_x for RoundSTE in the penalty's loss",
+)
+
+# %%
 # Through ``torch.round`` the penalty is zero
 # -------------------------------------------
 # Without the surrogate, :math:`\partial L/\partial x` is zero everywhere, a constant with no

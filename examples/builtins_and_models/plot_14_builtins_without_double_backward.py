@@ -163,7 +163,7 @@ for kept in saved_tensors(self_attention_under_math, x).forward:
 # ``double_backward.ops.scaled_dot_product_attention`` has the arguments and the result of
 # ``F.scaled_dot_product_attention``. Its forward saves q, k, v, the output and one logsumexp
 # per query, returned as an extra output as ``Sinh`` returns its intermediates
-# (:doc:`/auto_examples/tutorial/plot_03_saving_intermediates`); its backward recomputes the attention matrix with
+# (:doc:`plot_03_saving_intermediates`); its backward recomputes the attention matrix with
 # differentiable ops. Here is what it keeps, on the same calls.
 from double_backward import ops
 
@@ -203,7 +203,7 @@ print(check_model(fixed, real))
 # Bytes are counted above, live; times are not taken here, since a build machine's timings
 # are noise. They come from ``nox -s bench_functions``, committed with the package: the custom
 # Function against MATH at B=2, H=8, L=S=1024, d=64, float32, one thread, the median of paired
-# rounds (ratio above 1: the custom Function is slower). :doc:`/auto_examples/costs/plot_20_costs` shows the rest.
+# rounds (ratio above 1: the custom Function is slower). :doc:`plot_20_costs` shows the rest.
 from double_backward.costs import load_measurements
 
 attention = load_measurements("attention")
@@ -304,6 +304,6 @@ for name, fn in rows.items():
 # leaves autograd. Find it with ``check_model`` (it names the submodule, the op and the fix),
 # switch the backend where torch has one that works, and otherwise replace the op by a custom
 # Function whose backward is built from differentiable operations, as in
-# :doc:`/auto_examples/tutorial/plot_03_saving_intermediates` and :doc:`/auto_examples/tutorial/plot_04_untracked_backward`. Next: the
-# gradient penalty and other uses in :doc:`/auto_examples/builtins_and_models/plot_15_applications`; the errors by message in
+# :doc:`plot_03_saving_intermediates` and :doc:`plot_04_untracked_backward`. Next: the
+# gradient penalty and other uses in :doc:`plot_15_applications`; the errors by message in
 # :doc:`/errors`.

@@ -226,5 +226,5 @@ print(f"blocked loops on {device}: {ops.block_elements(device)} scores at a time
 # replacements of :mod:`double_backward.ops`, and ``with double_backward.ops.replaced():``
 # applies them to a model as it is. To find which layer of your own model breaks, run
 # :func:`~double_backward.check_model` on it (see
-# :doc:`/auto_examples/builtins_and_models/plot_14_builtins_without_double_backward`); :doc:`/errors` lists the CUDA messages with
+# :doc:`plot_14_builtins_without_double_backward`); :doc:`/errors` lists the CUDA messages with
 # their fixes.

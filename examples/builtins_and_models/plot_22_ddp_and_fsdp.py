@@ -237,5 +237,5 @@ for data in committed:
 # ``double_backward.check_distributed(make_model, penalty, inputs, world_size=2,
 # wrapper="ddp")``, with ``make_model`` and ``penalty`` defined in a module. For the model
 # alone in one process: :func:`double_backward.check_model`
-# (:doc:`/auto_examples/builtins_and_models/plot_14_builtins_without_double_backward`); the applications these penalties come
-# from: :doc:`/auto_examples/builtins_and_models/plot_15_applications`.
+# (:doc:`plot_14_builtins_without_double_backward`); the applications these penalties come
+# from: :doc:`plot_15_applications`.

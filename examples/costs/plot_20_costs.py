@@ -276,7 +276,7 @@ for name in ("Cube (NumPy backward)", "Cube (setup_context)"):
 # returns :math:`e^{x}` and :math:`e^{-x}` as extra outputs but leaves
 # ``set_materialize_grads`` at its default, so autograd hands backward a tensor of zeros for
 # each extra output nobody used, and backward multiplies them in. (Under ``torch.compile``
-# the package's ``Sinh`` gets zeros too: :doc:`/auto_examples/beyond_python/plot_19_torch_compile`.)
+# the package's ``Sinh`` gets zeros too: :doc:`plot_19_torch_compile`.)
 #
 # .. literalinclude:: /../src/double_backward/functions/sinh_variants.py
 #    :pyobject: SinhTutorial
@@ -401,7 +401,7 @@ for name, row in peaks.items():
 # A built-in replaced: attention without the L×S matrix
 # -----------------------------------------------------
 # torch's default CPU attention kernel has no double backward; its MATH backend has one, but
-# keeps the L×S attention matrix for backward (:doc:`/auto_examples/builtins_and_models/plot_14_builtins_without_double_backward`).
+# keeps the L×S attention matrix for backward (:doc:`plot_14_builtins_without_double_backward`).
 # :func:`double_backward.ops.scaled_dot_product_attention` keeps q, k, v, the output and one
 # logsumexp per query, and recomputes the matrix in backward. Counted now at the benchmark's
 # shape: q, k and v are views of one stacked tensor, so all three count as the input.
@@ -482,7 +482,7 @@ plt.show()
 # than the general formula (``Square``). Saving an input or an output costs no extra memory;
 # returning intermediates as extra outputs costs one tensor each, and
 # ``set_materialize_grads(False)`` keeps them from costing zeros, time and ``nan`` as well, in
-# eager mode (``torch.compile`` materialises the zeros: :doc:`/auto_examples/beyond_python/plot_19_torch_compile`).
+# eager mode (``torch.compile`` materialises the zeros: :doc:`plot_19_torch_compile`).
 # Recompute when memory is the limit. To check that your own Function differentiates twice,
-# see :doc:`/auto_examples/when_it_breaks/plot_16_check_your_function`; the rules behind every case are in
-# :doc:`/auto_examples/tutorial/plot_00_grad_mode_rules`.
+# see :doc:`plot_16_check_your_function`; the rules behind every case are in
+# :doc:`plot_00_grad_mode_rules`.

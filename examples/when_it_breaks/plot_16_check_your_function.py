@@ -130,8 +130,8 @@ print(check(FlattenAndArgmax.apply, torch.randn(2, 3)))
 # This Swish keeps ``sigmoid(x)`` as a ``ctx`` attribute. Forward runs in no-grad mode, so the
 # attribute has no history, and gradgradcheck fails. The diagnosis names the tensor, where it
 # was kept, its dtype and shape. (Why an intermediate breaks the second derivative, and how
-# to derive one that does not: :doc:`/auto_examples/tutorial/plot_03_saving_intermediates`,
-# :doc:`/auto_examples/writing/plot_07_deriving_double_backward`.)
+# to derive one that does not: :doc:`plot_03_saving_intermediates`,
+# :doc:`plot_07_deriving_double_backward`.)
 
 
 class SwishStashed(torch.autograd.Function):  # BROKEN on purpose
@@ -191,7 +191,7 @@ print(check(SquareKernel.apply, torch.randn(4)))
 # most random draws at this size (counted after the check), and its full mode would build a
 # 10,000 x 20,000 Jacobian; the random signed directions catch it for a few calls of the
 # Function. The same trap in LayerNorm, derived and fixed:
-# :doc:`/auto_examples/writing/plot_07_deriving_double_backward`.
+# :doc:`plot_07_deriving_double_backward`.
 
 
 class RMSNormSavesRstd(torch.autograd.Function):  # BROKEN on purpose
@@ -358,7 +358,7 @@ print(f"100% wrong on 1 element of {size:,}, default 2 directions: missed {misse
 # derivative is taken as given, and the checker tests what double backward must still get
 # right: backward is linear in ``grad_out``, and differentiating backward agrees with
 # central differences of *your* backward. What that second derivative means, for each of
-# these: :doc:`/auto_examples/writing/plot_12_surrogate_gradients`.
+# these: :doc:`plot_12_surrogate_gradients`.
 
 
 class StraightThroughRound(torch.autograd.Function):
@@ -407,7 +407,7 @@ print(check(SpikeSavesSigmoid.apply, torch.randn(4, 3), surrogate_gradient=True)
 # checker treats each complex number as a pair of reals: directions are complex, and
 # derivatives are compared through :math:`\operatorname{Re} \sum \bar a\, b`. Forgetting
 # the conjugate is the classic mistake (and low precision has its own,
-# :doc:`/auto_examples/writing/plot_11_dtypes`):
+# :doc:`plot_11_dtypes`):
 
 
 class ComplexSquare(torch.autograd.Function):
@@ -503,9 +503,9 @@ print(f"exit status: {status}")
 # (the bound above: :math:`2.5 \times 10^{-4}`); an error confined to a few elements of large
 # inputs is a smaller share of the whole and may be missed, as measured above. A verdict of
 # "could not decide" means nothing was verified at your inputs. Next: the
-# :doc:`failure gallery </auto_examples/when_it_breaks/plot_13_failure_gallery>` shows each broken pattern's symptom, and
-# :doc:`/auto_examples/writing/plot_06_modern_api` what :mod:`torch.func` needs. When the op that breaks is a built-in
+# :doc:`failure gallery <plot_13_failure_gallery>` shows each broken pattern's symptom, and
+# :doc:`plot_06_modern_api` what :mod:`torch.func` needs. When the op that breaks is a built-in
 # inside a model (attention, ``cdist``), :func:`double_backward.check_model` finds it:
-# :doc:`/auto_examples/builtins_and_models/plot_14_builtins_without_double_backward`. Saved tensors edited in place:
-# :doc:`/auto_examples/writing/plot_10_inplace_and_views`; graphs freed between two backwards:
-# :doc:`/auto_examples/writing/plot_09_graph_lifetime`.
+# :doc:`plot_14_builtins_without_double_backward`. Saved tensors edited in place:
+# :doc:`plot_10_inplace_and_views`; graphs freed between two backwards:
+# :doc:`plot_09_graph_lifetime`.

@@ -74,7 +74,7 @@ for name, op in ops.items():
 # .. math:: \bar{x} = g(\bar{y}, y) = y \odot (\bar{y} - \langle \bar{y}, y\rangle).
 #
 # It needs only the output :math:`y`, which can be saved: an output is tracked (case 2,
-# :doc:`/auto_examples/tutorial/plot_02_saving_outputs`). Writing :math:`g` in terms of :math:`y`, its two parts are
+# :doc:`plot_02_saving_outputs`). Writing :math:`g` in terms of :math:`y`, its two parts are
 #
 # .. math::
 #
@@ -99,7 +99,7 @@ for name, op in ops.items():
 #    :pyobject: Softmax
 #
 # Its ``grad_x`` is a graph of ``mul``, ``sum`` and ``sub`` on the saved ``y``, which leads back
-# to ``x`` through ``SoftmaxBackward``. (Colours: :doc:`/auto_examples/tutorial/plot_00_grad_mode_rules`.)
+# to ``x`` through ``SoftmaxBackward``. (Colours: :doc:`plot_00_grad_mode_rules`.)
 from double_backward.functions.softmax import softmax
 from double_backward.graph import autograd_graph
 
@@ -115,7 +115,7 @@ autograd_graph({"grad_x": grad_x}, {"x": x_small},
 # ---------------------------------------------
 # When backward is one fused kernel (or code autograd cannot see), make it a Function whose
 # backward returns both parts by hand, as ``CubeBackward`` does in
-# :doc:`/auto_examples/tutorial/plot_04_untracked_backward`. Its backward is torch ops on its saved inputs, so third and
+# :doc:`plot_04_untracked_backward`. Its backward is torch ops on its saved inputs, so third and
 # higher orders work too in reverse mode (the third is checked below); each part is computed
 # only for an input that requires grad.
 #
@@ -138,7 +138,7 @@ autograd_graph({"grad_x": grad_x}, {"x": x_small},
 # %%
 # Version 3: the ``jvp`` reused
 # -----------------------------
-# In the ``setup_context`` style (:doc:`/auto_examples/writing/plot_06_modern_api`) a Function can have a ``jvp``
+# In the ``setup_context`` style (:doc:`plot_06_modern_api`) a Function can have a ``jvp``
 # for forward mode. The part of the double backward with respect to :math:`\bar{y}` *is* that
 # JVP, so the backward's backward calls the same
 # :func:`~double_backward.functions.softmax.softmax_jvp`, and only the mixed term is new:
@@ -380,7 +380,7 @@ print(double_backward.check(lambda t: layer_norm_saves_statistics(t, (6,), weigh
 #    :pyobject: LayerNorm
 #
 # **Return them as outputs.** As ``Sinh`` does its exponentials
-# (:doc:`/auto_examples/tutorial/plot_03_saving_intermediates`): outputs are tracked, and when the second backward
+# (:doc:`plot_03_saving_intermediates`): outputs are tracked, and when the second backward
 # differentiates :math:`\bar{x}` with respect to them, their gradients come back into backward,
 # which adds
 # :math:`\bar{\mu}/N - \bar{r}\, r^3 (x - \mu)/N`.
@@ -447,7 +447,7 @@ for name, norm in (("F.layer_norm", F.layer_norm), ("LayerNorm", layer_norm),
 # forward mode first is wrong too (`pytorch/pytorch#196700
 # <https://github.com/pytorch/pytorch/issues/196700>`_): the Hessian of a loss of it by
 # ``jacfwd`` over ``jacfwd``, against ``jacrev`` over ``jacrev``, and the composed LayerNorm's
-# by both. :doc:`/auto_examples/writing/plot_08_higher_orders` says where else inheritance stops.
+# by both. :doc:`plot_08_higher_orders` says where else inheritance stops.
 x_rows = x_ln[0]
 
 
@@ -482,7 +482,7 @@ for name, norm in (("F.layer_norm", F.layer_norm), ("LayerNorm", layer_norm)):
 # %%
 # What it costs
 # -------------
-# As on :doc:`/auto_examples/costs/plot_20_costs`: the times come from a committed benchmark run
+# As on :doc:`plot_20_costs`: the times come from a committed benchmark run
 # (``benchmarks/softmax_layer_norm.py``, run by ``nox -s bench_functions``), not from this
 # build. Rows of 256 float32 elements, one thread, each Function and its native op back to back
 # in every round; the figure is the median of the per-round ratios custom / native.
@@ -558,5 +558,5 @@ for name, fn in savers.items():
 # intermediates returned as outputs), or write both parts in a Function of its own. A statistic
 # saved from forward is an intermediate, even when the first derivative accounts for it: the
 # fused-kernel LayerNorm gets its Hessian wrong, and the native op its third derivative. Next,
-# third and higher orders: :doc:`/auto_examples/writing/plot_08_higher_orders`; to check your own Function:
-# :doc:`/auto_examples/when_it_breaks/plot_16_check_your_function`.
+# third and higher orders: :doc:`plot_08_higher_orders`; to check your own Function:
+# :doc:`plot_16_check_your_function`.

@@ -43,6 +43,17 @@ for name, fn in FUNCTIONS.items():
     print(f"{name:34} {'yes' if reaches(grad_x, x) else 'no':17} {verdict}")
 
 # %%
+# ``SinhBad``'s row, drawn: its ``grad_x`` is a lone node, with no graph back to ``x``.
+from double_backward.graph import autograd_graph
+
+(grad_x,) = torch.autograd.grad(SinhBad.apply(x).sum(), x, create_graph=True)
+autograd_graph(
+    {"grad_x": grad_x},
+    {"x": x},
+    title="Graph of grad_x for SinhBad: a lone node, no graph back to x",
+)
+
+# %%
 # The same Functions inside a loss
 # --------------------------------
 # ``gradgradcheck`` feeds backward an incoming gradient that does not depend on ``x``. In a

@@ -18,18 +18,20 @@ names each of them. Patterns 7 and 8 are a correct Function in the old style und
 # How each pattern is put to the test
 # -----------------------------------
 # :func:`~double_backward.functions.failures.second_derivative` takes the second derivative of
-# ``sinh`` or ``x**2`` at three points in the four ways a reader meets it: with a plain
-# incoming gradient (``fn(x).sum()``), with one that requires grad (as
-# :func:`~torch.autograd.gradgradcheck` passes), with one that **depends on** ``x``, as
-# after a smooth nonlinear op downstream: the loss :math:`\tfrac12 \sum f(x)^2`, whose second
-# derivative is :math:`f'^2 + f f''`; and **after a ReLU**, the loss
-# :math:`\sum \mathrm{relu}(f(x))`, whose incoming gradient :math:`[f(x) > 0]` depends on
-# ``x`` through a step with derivative zero, and whose second derivative is
-# :math:`[f > 0]\, f''`. ``symptom`` prints each next to the native op's answer; SILENTLY ZERO
-# is a wrong answer that is exactly zero.
-# Where the gradient has no path back to ``x`` at all, it prints NO PATH TO x: asked alone,
-# :func:`torch.autograd.grad` then raises, but in a loss with other terms that reach ``x``
-# (any model has them) the Function's share silently counts as 0.
+# ``sinh`` or ``x**2`` at three points, in the four ways a reader meets it:
+#
+# - with a plain incoming gradient, ``fn(x).sum()``;
+# - with one that requires grad, as :func:`~torch.autograd.gradgradcheck` passes;
+# - with one that **depends on** ``x``, as after a smooth nonlinear op downstream: the loss
+#   :math:`\tfrac12 \sum f(x)^2`, whose second derivative is :math:`f'^2 + f f''`;
+# - **after a ReLU**: the loss :math:`\sum \mathrm{relu}(f(x))`, whose incoming gradient
+#   :math:`[f(x) > 0]` depends on ``x`` through a step with derivative zero, and whose second
+#   derivative is :math:`[f > 0]\, f''`.
+#
+# ``symptom`` prints each next to the native op's answer. SILENTLY ZERO is a wrong answer that
+# is exactly zero. NO PATH TO x means the gradient has no path back to ``x`` at all: asked
+# alone, :func:`torch.autograd.grad` then raises, but in a loss with other terms that reach
+# ``x`` (any model has them) the Function's share silently counts as 0.
 #
 # .. literalinclude:: /../src/double_backward/functions/failures.py
 #    :pyobject: second_derivative

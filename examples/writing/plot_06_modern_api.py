@@ -101,14 +101,15 @@ print(f"jvp on both (modern Cube):      diagonal {both.numpy().round(4)}  (6x)")
 # A ``jvp`` stops ``torch.compile``
 # ---------------------------------
 # Dynamo refuses to trace a Function that defines ``jvp`` when an input requires grad, as in
-# training. With ``fullgraph=True`` that is an error; without it the Function runs eagerly at a
-# graph break (:doc:`/auto_examples/beyond_python/plot_19_torch_compile`). Both Functions with a
-# ``jvp`` here, ``Square``
-# and ``Cube``, compiled with ``backend="aot_eager"`` and ``fullgraph=True``: they compile only
-# while no input requires grad, and then there is no gradient to take. The build fails if a
-# torch release compiles them with an input that requires grad, and the gradients are then
-# compared with the eager ones. So give a Function a ``jvp`` when forward mode or ``hessian``
-# will use it, not by default.
+# training. With ``fullgraph=True`` that is an error; without it the Function runs eagerly at
+# a graph break (:doc:`/auto_examples/beyond_python/plot_19_torch_compile`).
+#
+# Below, both Functions with a ``jvp`` here, ``Square`` and ``Cube``, are compiled with
+# ``backend="aot_eager"`` and ``fullgraph=True``: they compile only while no input requires
+# grad, and then there is no gradient to take. The build fails if a torch release compiles
+# them with an input that requires grad, and the gradients are then compared with the eager
+# ones. So give a Function a ``jvp`` when forward mode or ``hessian`` will use it, not by
+# default.
 for function in (modern.Square, modern.Cube):
     for requires_grad in (False, True):
         torch._dynamo.reset()

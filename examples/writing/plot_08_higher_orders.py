@@ -231,14 +231,16 @@ for name, outer, inner in (("jacrev(jacrev)", jacrev, jacrev), ("jacfwd(jacrev)"
 # %%
 # Takeaway
 # --------
-# Differentiability is inherited, in reverse mode: a backward made of recorded operations or of
-# Functions with their own backward can be differentiated again, to the order its native ops'
-# own formulas are right (fused kernels such as batch norm's stop at the third), and forward
-# mode inherits nothing from backward. When it cannot, mark it
-# ``@once_differentiable``, but do not count on an error: it is loud only for a second
-# ``.backward()`` whose incoming gradient requires grad, and silent when other terms of the
-# loss reach the input. Test the second derivative the way your code takes it (or run
-# :func:`~torch.autograd.gradgradcheck`, which raises). Next, how long a graph lives when you
-# differentiate it more than once: :doc:`/auto_examples/writing/plot_09_graph_lifetime`; more
-# mistakes that are not
+# Differentiability is inherited, in reverse mode. A backward made of recorded operations, or
+# of Functions with their own backward, can be differentiated again, to the order its native
+# ops' own formulas are right (fused kernels such as batch norm's stop at the third). Forward
+# mode inherits nothing from backward.
+#
+# When a backward cannot be differentiated, mark it ``@once_differentiable``, but do not count
+# on an error: it is loud only for a second ``.backward()`` whose incoming gradient requires
+# grad, and silent when other terms of the loss reach the input. Test the second derivative
+# the way your code takes it, or run :func:`~torch.autograd.gradgradcheck`, which raises.
+#
+# Next, how long a graph lives when you differentiate it more than once:
+# :doc:`/auto_examples/writing/plot_09_graph_lifetime`; more mistakes that are not
 # loud: :doc:`/auto_examples/when_it_breaks/plot_13_failure_gallery`.

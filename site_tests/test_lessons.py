@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from sphinx_gallery import gen_rst
 
-from .checks import ROOT, page_url
+from .checks import ROOT, page_url, redirect_pages
 
 EXAMPLES = ROOT / "examples"
 GALLERY = "auto_examples"
@@ -239,6 +239,27 @@ def test_every_table_column_is_reachable_at_1280_and_390_px(site, base_url, brow
     pages = pages_with_tables(site)
     assert any(page.name == "builtins.html" for page in pages)
     assert table_problems(browser, base_url, site, pages) == []
+
+
+def test_every_old_lesson_address_leads_to_its_lesson_in_chromium(site, base_url, browser):
+    # The lessons that had a flat address before the sections (split pages and exercises,
+    # with a letter after their number, are newer).
+    moved = {
+        script.stem: section for section, script in lessons()
+        if re.match(r"plot_\d\d_", script.name)
+    }  # fmt: skip
+    stubs = {page.stem for page in redirect_pages(site) if page.parent == site / GALLERY}
+    assert stubs == set(moved)
+    view = browser.new_page()
+    arrived = {}
+    for stem, section in sorted(moved.items()):
+        view.goto(f"{base_url}/{GALLERY}/{stem}.html")
+        view.wait_for_url(f"**/{GALLERY}/{section}/{stem}.html")
+        arrived[stem] = view.url.removeprefix(base_url + "/")
+    view.close()
+    assert arrived == {
+        stem: f"{GALLERY}/{section}/{stem}.html" for stem, section in moved.items()
+    }
 
 
 # -- negative controls: each check finds what it is for -----------------------------------------

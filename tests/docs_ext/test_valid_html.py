@@ -7,7 +7,6 @@ from docutils import nodes
 from docutils.frontend import get_default_settings
 from docutils.parsers.rst import Parser
 from docutils.utils import new_document
-
 from valid_html import _valid_thumbnail_attributes, svg_size
 
 SVG = '<svg xmlns="http://www.w3.org/2000/svg" {attributes}></svg>'

@@ -38,7 +38,8 @@ report = double_backward.check(Cube.apply, x)
 print(report)
 
 # %%
-# With the decorator, ``grad_x`` ends in a node that raises when differentiated.
+# With the decorator, ``grad_x`` is a lone node: backward ran in no-grad mode and recorded
+# nothing.
 from double_backward.graph import autograd_graph
 
 x_leaf = x.clone().requires_grad_()

@@ -212,7 +212,8 @@ except RuntimeError as error:
     print(f"LOUD ERROR  RuntimeError: {error}")
 
 # %%
-# The graph of ``grad_query``: the fused kernel's backward node is the one with no derivative.
+# The graph of ``grad_query``: its ``NotImplemented`` node stands for the derivative that the
+# fused kernel's backward lacks.
 from double_backward.graph import autograd_graph
 
 attention = F.scaled_dot_product_attention(query, query, query)

@@ -47,8 +47,9 @@ expected = 2 * torch.cos(x_leaf) - x_leaf * torch.sin(x_leaf)
 print(f"2 cos 1 - sin 1 = {expected.item():.6f}")
 
 # %%
-# The graph of the buggy gradient (taken again: the second derivative above freed the first):
-# its only path back to ``x`` goes around ``Sin``.
+# The graph of the buggy gradient (taken again: the second derivative above freed the first).
+# It reaches ``x`` only through ``sin(x)``, the product rule's other term; the term backward
+# computed, :math:`x \cos x`, is a constant in it.
 (grad_x,) = torch.autograd.grad(Sin.apply(x_leaf) * x_leaf, x_leaf, create_graph=True)
 autograd_graph(
     {"grad_x": grad_x},

@@ -40,8 +40,8 @@ report = double_backward.check(Normalize.apply, x)
 print(report)
 
 # %%
-# In the gradient's graph the saved norm is a leaf with no history: the second backward
-# cannot see that it depends on ``x``.
+# In the gradient's graph the norm is missing: saved from forward, it is a constant to
+# autograd, so the second backward cannot see that it depends on ``x``.
 from double_backward.graph import autograd_graph
 
 x_leaf = x.clone().requires_grad_()

@@ -100,7 +100,7 @@ def tests_models(session: nox.Session) -> None:
 
 
 # The torch releases the suite is run on: the pin (constraints.txt) and the newest release.
-# The lowest is pyproject's floor (see the README); tests/test_torch_versions.py checks it.
+# The lowest is pyproject's floor (see CONTRIBUTING.md); tests/test_torch_versions.py checks it.
 TORCH_VERSIONS = PYPROJECT["tool"]["double_backward"]["tested-torch"]
 
 

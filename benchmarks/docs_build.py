@@ -34,11 +34,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from scratch_docs import build_html, copy_sources  # noqa: E402
 
-EDITED_EXAMPLE = "plot_02_saving_outputs.py"
+EDITED_EXAMPLE = "tutorial/plot_02_saving_outputs.py"
 # The examples a quick run's builds execute: the edited one, so that the one-edit rebuild
 # still executes 1, and one more, so that the clean build's count (2) tells "the selected
 # examples" from "the edited one alone" as well as from "all".
-QUICK_EXAMPLES = ("plot_01_saving_inputs.py", EDITED_EXAMPLE)
+QUICK_EXAMPLES = ("tutorial/plot_01_saving_inputs.py", EDITED_EXAMPLE)
 # sphinx-gallery executes the examples whose full path this matches (re.search), the others
 # it renders without running them.
 QUICK_PATTERN = "/(" + "|".join(re.escape(name) for name in QUICK_EXAMPLES) + ")$"
@@ -70,7 +70,7 @@ def one_round(tree: Path, quick: bool = False) -> dict[str, float]:
     for generated in ("docs/_build", "docs/auto_examples", "docs/gen_modules"):
         shutil.rmtree(tree / generated, ignore_errors=True)
     figures: dict[str, float] = {}
-    scripts = sorted((tree / "examples").glob("plot_*.py"))
+    scripts = sorted((tree / "examples").rglob("plot_*.py"))
     # The same override on every executing build: a change of configuration would make
     # Sphinx reread everything, and a wider pattern would run the examples skipped before.
     select: tuple[str, ...] = ()

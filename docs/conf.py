@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import sys
 import time
 from importlib.metadata import version as installed_version
@@ -15,6 +16,7 @@ sys.path.insert(0, str(EXTENSIONS_DIR))  # the Sphinx extensions and build helpe
 
 from offline_inventory import write_inventories  # noqa: E402
 from source_digest import digest, printed_versions  # noqa: E402
+from sphinx_gallery.sorting import ExplicitOrder  # noqa: E402
 
 # -- Project -------------------------------------------------------------------
 project = "double-backward"
@@ -46,6 +48,8 @@ extensions = [
     "error_index",  # in _ext/: the error table, from messages raised at build time
     "compatibility_matrix",  # in _ext/: every Function under every transform, run at build time
     "builtins_table",  # in _ext/: built-ins whose double backward raises, per torch release
+    "lesson_path",  # in _ext/: a "Next" link at the end of every lesson, in reading order
+    "sphinx_reredirects",  # the pages' addresses from before the sections still work
 ]
 exclude_patterns = [
     "_build",
@@ -88,7 +92,7 @@ def _rerun_examples_if_changed(key: str, gallery_dir: Path) -> None:
     stamp = gallery_dir / ".inputs-sha256"
     if stamp.exists() and stamp.read_text() == key:
         return
-    for generated in [*gallery_dir.glob("*.md5"), *gallery_dir.glob("plot_*.rst")]:
+    for generated in [*gallery_dir.rglob("*.md5"), *gallery_dir.rglob("plot_*.rst")]:
         generated.unlink()
     gallery_dir.mkdir(parents=True, exist_ok=True)
     stamp.write_text(key)
@@ -101,10 +105,25 @@ _rerun_examples_if_changed(
     DOCS / "auto_examples",
 )
 
+# The lessons' sections: examples/<section>/, in reading order. The gallery shows them in this
+# order, then the recipes; lesson_path.py links each lesson to the next from the same list.
+lesson_sections = [
+    "tutorial",
+    "writing",
+    "when_it_breaks",
+    "builtins_and_models",
+    "beyond_python",
+    "costs",
+]
+lesson_path_after = "/auto_examples/recipes/index"
+
 sphinx_gallery_conf = {
     "examples_dirs": ["../examples"],
     "gallery_dirs": ["auto_examples"],
     "filename_pattern": r"/plot_",  # execute every plot_*.py script
+    "subsection_order": ExplicitOrder(
+        [f"../examples/{section}" for section in lesson_sections] + ["../examples/recipes"]
+    ),
     "within_subsection_order": "FileNameSortKey",  # plot_01_..., plot_02_...: reading order
     "image_scrapers": (
         "graphviz_scraper.graphviz_scraper",  # docs/_ext/graphviz_scraper.py
@@ -153,5 +172,16 @@ html_theme_options = {"navigation_with_keys": True}
 # The site's absolute address: the notebooks and pages install the package's wheel from it
 # (package_wheel.py). Read the Docs sets it; elsewhere pass -D html_baseurl=https://.../
 html_baseurl = os.environ.get("READTHEDOCS_CANONICAL_URL", "")
+# -- Moved pages -------------------------------------------------------------------
+# The lessons were one flat gallery (auto_examples/plot_NN_....html) before the sections: each
+# old address is a page that sends the reader on to the lesson's new one.
+redirects = {
+    f"auto_examples/{script.stem}": f"{script.parent.name}/{script.stem}.html"
+    for section in lesson_sections
+    for script in sorted((DOCS.parent / "examples" / section).glob("plot_*.py"))
+    if not re.match(r"plot_\d\d[a-z]_", script.name)  # pages added since had no old address
+}
+redirect_html_template_file = "_templates/redirect.html"
+
 copybutton_prompt_text = r">>> |\.\.\. |\$ "
 copybutton_prompt_is_regexp = True

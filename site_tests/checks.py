@@ -35,9 +35,22 @@ CHROMIUM_ARGS = [
 VNU_FALSE_POSITIVES: dict[str, str] = {}
 
 
-def html_pages(site: Path) -> list[Path]:
-    """Every HTML page of the site, in a stable order."""
-    return sorted(site.rglob("*.html"))
+REDIRECT = re.compile(r'<meta http-equiv="refresh"')
+
+
+def redirect_pages(site: Path) -> list[Path]:
+    """The pages that only send the reader on (old addresses of moved pages), in order."""
+    return [page for page in sorted(site.rglob("*.html")) if REDIRECT.search(page.read_text())]
+
+
+def html_pages(site: Path, redirects: bool = False) -> list[Path]:
+    """Every HTML page of the site, in a stable order; the redirects only if asked for (a
+    browser leaves them at once, so there is nothing on them to look at)."""
+    pages = sorted(site.rglob("*.html"))
+    if redirects:
+        return pages
+    moved = set(redirect_pages(site))
+    return [page for page in pages if page not in moved]
 
 
 def page_url(base_url: str, site: Path, page: Path) -> str:
@@ -153,7 +166,7 @@ def html_validation_problems(site: Path) -> list[str]:
     """Errors the Nu HTML checker reports on our pages, minus listed false positives."""
     command = ["java", "-jar", str(VNU_JAR), "--errors-only", "--format", "json"]
     result = subprocess.run(
-        [*command, *map(str, html_pages(site))], capture_output=True, text=True
+        [*command, *map(str, html_pages(site, redirects=True))], capture_output=True, text=True
     )
     messages = json.loads(result.stderr or '{"messages": []}')["messages"]
     return [
@@ -197,7 +210,7 @@ def live_timing_problems(examples: Path) -> list[str]:
     """
     return [
         f"{script.name}:{number}: reads a clock at build time: {line.strip()}"
-        for script in sorted(examples.glob("plot_*.py"))
+        for script in sorted(examples.rglob("plot_*.py"))
         for number, line in enumerate(script.read_text().splitlines(), start=1)
         if LIVE_TIMING.search(line) and not line.lstrip().startswith("#")
     ]
@@ -403,7 +416,7 @@ def download_problems(site: Path, gallery: str = "auto_examples") -> list[str]:
     (``docs/_ext/editable_listings.py``).
     """
     problems = []
-    pages = sorted((site / gallery).glob("plot_*.html"))
+    pages = sorted((site / gallery).rglob("plot_*.html"))
     if not pages:
         return [f"no example pages in {site / gallery}"]
     for page in pages:

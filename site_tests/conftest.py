@@ -230,7 +230,7 @@ class ReaderSite:
 
     def install_lines(self, example: str) -> set[str]:
         """The ``pip install`` lines the example's page shows (arguments only)."""
-        page = self.html / "auto_examples" / f"{example}.html"
+        (page,) = self.html.glob(f"auto_examples/*/{example}.html")
         text = html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))
         return set(re.findall(r"^pip install (.+)$", text, flags=re.M))
 

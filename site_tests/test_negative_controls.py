@@ -23,7 +23,7 @@ from .checks import (
 )
 from .links import link_problems
 
-EXAMPLE_PAGE = "auto_examples/plot_01_saving_inputs.html"
+EXAMPLE_PAGE = "auto_examples/tutorial/plot_01_saving_inputs.html"
 
 
 def inject(page: Path, html: str) -> None:
@@ -48,11 +48,12 @@ def test_browser_check_catches_a_deleted_svg(broken_site, broken_base_url, brows
 def test_browser_check_catches_a_figure_sized_out_of_proportion(
     broken_site, broken_base_url, browser
 ):
-    page = broken_site / "auto_examples/plot_20_costs.html"
+    costs_page = "auto_examples/costs/plot_20_costs.html"
+    page = broken_site / costs_page
     text = page.read_text()
     assert '<img loading="lazy" decoding="async" width="720" height="461"' in text
     page.write_text(text.replace('width="720" height="461"', 'width="720" height="720"', 1))
-    problems = browser_problems(browser, [f"{broken_base_url}/auto_examples/plot_20_costs.html"])
+    problems = browser_problems(browser, [f"{broken_base_url}/{costs_page}"])
     assert any("image sized 720x720, drawn 720x461" in p for p in problems), problems
 
 

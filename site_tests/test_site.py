@@ -36,7 +36,7 @@ from .conftest import SITE, QuietHandler, serve
 from .links import link_problems
 
 ARTIFACTS = ROOT / "site-artifacts"
-EXAMPLE_PAGE = "auto_examples/plot_03_saving_intermediates.html"
+EXAMPLE_PAGE = "auto_examples/tutorial/plot_03_saving_intermediates.html"
 
 
 def all_urls(site: Path, base_url: str) -> list[str]:
@@ -151,11 +151,11 @@ def test_two_clean_builds_with_source_date_epoch_are_byte_identical(site, reader
     # time as SOURCE_DATE_EPOCH.
     first, second = site, reader_site.clean_html
     examples = {
-        f"{script.stem}.html" for script in (ROOT / "examples").glob("plot_*.py")
+        f"{script.stem}.html" for script in (ROOT / "examples").rglob("plot_*.py")
     }
     for tree in (first, second):
         assert {
-            page.name for page in (tree / "auto_examples").glob("plot_*.html")
+            page.name for page in (tree / "auto_examples").rglob("plot_*.html")
         } == examples
     # Sphinx's .buildinfo holds a hash of the configuration, whose static and template paths
     # are absolute paths into the venv that built it (sphinx-gallery's, sphinx-copybutton's):
@@ -209,12 +209,18 @@ def test_without_a_base_url_the_first_cell_stops_with_a_clear_message(
 # page whose code behaves differently under `python` than in a kernel (processes it starts,
 # its own path: RUNS_DIFFERENTLY_AS_A_SCRIPT), whose script runs whole.
 
-EXAMPLES = sorted(script.stem for script in (ROOT / "examples").glob("plot_*.py"))
+# The lessons, in their sections' folders (the recipes are not among them).
+LESSON_SCRIPTS = {
+    script.stem: script
+    for script in (ROOT / "examples").glob("*/plot_*.py")
+    if script.parent.name != "recipes"
+}
+EXAMPLES = sorted(LESSON_SCRIPTS)
 
 
 def _example_code(example: str) -> str:
     """The example's code without its docstring and comments."""
-    source = (ROOT / "examples" / f"{example}.py").read_text()
+    source = LESSON_SCRIPTS[example].read_text()
     tree = ast.parse(source)
     docstring_end = tree.body[0].end_lineno if ast.get_docstring(tree) else 0
     return "\n".join(

@@ -115,9 +115,9 @@ def test_a_stage_of_the_checker_that_fails_is_a_note_not_a_crash(x, monkeypatch)
 
 
 def test_the_page_keys_others_link_to_exist():
-    assert PAGES["custom-ops"] == "auto_examples/plot_17_custom_ops.html"
-    assert PAGES["cpp"] == "auto_examples/plot_18_cpp_extension.html"
-    assert PAGES["compile"] == "auto_examples/plot_19_torch_compile.html"
+    assert PAGES["custom-ops"] == "auto_examples/beyond_python/plot_17_custom_ops.html"
+    assert PAGES["cpp"] == "auto_examples/beyond_python/plot_18_cpp_extension.html"
+    assert PAGES["compile"] == "auto_examples/beyond_python/plot_19_torch_compile.html"
     assert PAGES["compatibility"] == "compatibility.html"
 
 

@@ -454,7 +454,7 @@ def _slug(title: str) -> str:
 
 NO_FIX = (
     "No switch in torch: compute it with ops that have a double backward, or in a Function "
-    "whose backward does ({doc}`auto_examples/plot_04_untracked_backward`)"
+    "whose backward does ({doc}`auto_examples/tutorial/plot_04_untracked_backward`)"
 )
 
 

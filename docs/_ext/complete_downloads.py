@@ -29,6 +29,7 @@ import copy
 import io
 import json
 import re
+import textwrap
 import zipfile
 from collections import defaultdict
 from collections.abc import Callable
@@ -67,6 +68,11 @@ ROLE = re.compile(
 )
 EXPLICIT_TITLE = re.compile(r"^(?P<title>.+?)\s*<(?P<target>[^<>]+)>$", flags=re.S)
 DIRECTIVE = re.compile(r"^[ \t]*\.\. [\w:-]+::", flags=re.M)
+# ``.. raw:: html`` and its indented lines (the exercises' folded solutions: <details>).
+RAW_HTML = re.compile(
+    r"^(?P<indent>[ \t]*)\.\. raw:: html[ \t]*\n(?P<body>(?:[ \t]*\n|(?P=indent)[ \t]+\S.*\n)*)",
+    flags=re.M,
+)
 # Roles whose text sphinx writes with "()" (add_function_parentheses).
 CALLABLE_ROLES = {"func", "meth"}
 
@@ -184,7 +190,14 @@ def to_markdown_parts(
             return f"${match['content']}$"
         return _resolve(app, docname, match["role"], match["content"])
 
-    return ROLE.sub(role, LITERALINCLUDE.sub(include, rest))
+    def raw_html(match: re.Match) -> str:
+        # Markdown keeps HTML as it is (a notebook folds a <details> block too); a
+        # placeholder, so that rst2md does not read it as reST.
+        key = f"DOUBLE-BACKWARD-HTML-{len(blocks)}"
+        blocks[key] = textwrap.dedent(match["body"]).strip("\n")
+        return f"{match['indent']}{key}\n\n"
+
+    return ROLE.sub(role, RAW_HTML.sub(raw_html, LITERALINCLUDE.sub(include, rest)))
 
 
 def split_listings(
@@ -287,9 +300,9 @@ def write_downloads(app: Sphinx, source: Path, target: Path, docname: str) -> No
         f"# Run it yourself: install the package this script imports, then run it with python:\n"
         f"#     {command}"
         if command
-        else "# Run it yourself: install the package this script imports from a clone of the\n"
-        "# repository (this build has no site address), then run it with python:\n"
-        "#     pip install ."
+        else "# Run it yourself: in the folder of your clone of the repository, install the\n"
+        "# package this script imports, then run this script with python:\n"
+        '#     pip install ".[pages]"'
     )
     needs = page_needs(source.read_text())
     check = prerequisites_check(needs, "script")
@@ -380,9 +393,11 @@ def _write_all(app: Sphinx, env: BuildEnvironment) -> None:
         gallery_conf["examples_dirs"], gallery_conf["gallery_dirs"], strict=True
     ):
         examples, gallery = srcdir / examples_dir, srcdir / gallery_dir
-        for target in sorted(gallery.glob("*.py")):
-            source = examples / target.name
-            docname = f"{gallery_dir}/{target.stem}"
+        # Every example, in the gallery's section folders too (examples/<section>/).
+        for target in sorted(gallery.rglob("*.py")):
+            relative = target.relative_to(gallery)
+            source = examples / relative
+            docname = f"{gallery_dir}/{relative.with_suffix('').as_posix()}"
             if source.is_file() and docname in env.found_docs:
                 write_downloads(app, source, target, docname)
                 _forget_download_dependencies(

@@ -14,8 +14,9 @@ and the pages then show no CUDA trial.
 :data:`PROBES` under a gradient penalty on ``cuda``, written with :func:`write` (keeping the
 committed ``attention_cost`` of the same release, which ``nox -s bench_functions -- --device
 cuda`` measures). The built-ins table (:mod:`builtins_table`), the error index
-(:mod:`error_index`) and the page "On the GPU" (``examples/plot_21_on_the_gpu.py``, which
-reads the JSON itself) show the committed files.
+(:mod:`error_index`) and the page "On the GPU"
+(``examples/builtins_and_models/plot_21_on_the_gpu.py``, which reads the JSON
+itself) show the committed files.
 """
 
 from __future__ import annotations

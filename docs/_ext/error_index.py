@@ -476,46 +476,46 @@ SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
      "(stashed on `ctx`, saved intermediates, detached, or computed outside torch).",
      "Save inputs and outputs; return intermediates as extra outputs; wrap non-torch code "
      "in a Function of its own.",
-     "auto_examples/plot_03_saving_intermediates"),
+     "auto_examples/tutorial/plot_03_saving_intermediates"),
     ("The graph misses the input", _graph_misses_input,
      "The gradient has a graph, but only to the incoming gradient `grad_out`, not to `x`: "
      "here a `@once_differentiable` backward given a `grad_outputs` that requires grad.",
      "As above; if backward is `@once_differentiable`, that is by design.",
-     "auto_examples/plot_13_failure_gallery"),
+     "auto_examples/when_it_breaks/plot_13_failure_gallery"),
     ("Marked once differentiable", _once_differentiable,
      "Backward is marked `@once_differentiable` (first order only, by declaration), and "
      "the second derivative is asked with `.backward()` while the incoming gradient requires "
      "grad.",
      "Write backward with differentiable operations and remove the decorator.",
-     "auto_examples/plot_08_higher_orders"),
+     "auto_examples/writing/plot_08_higher_orders"),
     ("gradgradcheck finds a mismatch", _gradgradcheck_mismatch,
      "`gradgradcheck`: the analytical second derivative differs from finite differences, "
      "often all zeros.",
      "Find which pattern of the failure gallery applies; `double_backward.check` names it.",
-     "auto_examples/plot_13_failure_gallery"),
+     "auto_examples/when_it_breaks/plot_13_failure_gallery"),
     ("gradgradcheck finds no second derivative", _gradgradcheck_second_derivative_missing,
      "`gradgradcheck`: the first derivative has no graph, so its analytical derivative is "
      "taken as zero, while finite differences of it are not.",
      "Make backward differentiable: call a Function (or operator) with its own backward "
      "where backward leaves autograd.",
-     "auto_examples/plot_18_cpp_extension"),
+     "auto_examples/beyond_python/plot_18_cpp_extension"),
     ("Old style under torch.func", _old_style_under_torch_func,
      "A Function in the `forward(ctx, ...)` style used under `torch.func`.",
      "Split `setup_context` out of `forward`.",
-     "auto_examples/plot_06_modern_api"),
+     "auto_examples/writing/plot_06_modern_api"),
     ("No jvp for forward mode", _no_jvp,
      "Forward mode (`jvp`, `jacfwd`, `hessian`) through a Function without a `jvp`.",
      "Add a `jvp` staticmethod; keep what it needs with `ctx.save_for_forward`.",
-     "auto_examples/plot_06_modern_api"),
+     "auto_examples/writing/plot_06_modern_api"),
     ("NumPy forward under vmap", _numpy_under_vmap,
      "`generate_vmap_rule = True` on a Function whose forward uses NumPy.",
      "Write a `vmap` staticmethod that runs the NumPy code on the whole batch.",
-     "auto_examples/plot_06_modern_api"),
+     "auto_examples/writing/plot_06_modern_api"),
     ("Double backward through torch.compile", _compile_double_backward,
      "A gradient taken with `create_graph=True` through a `torch.compile`d function is "
      "differentiated again: AOTAutograd compiles first-order backward only.",
      "Compile the first-order part only, and take higher orders in eager mode.",
-     "auto_examples/plot_19_torch_compile"),
+     "auto_examples/beyond_python/plot_19_torch_compile"),
     ("Inductor's donated buffers and create_graph", _inductor_donated_buffer,
      "`torch.compile` with its default backend (inductor) compiled the backward for one "
      "use only, freeing the tensors it saved (donated buffers); a later backward with "
@@ -534,18 +534,18 @@ SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
      "An operator made with `torch.library.custom_op` and no `register_autograd` is "
      "differentiated, often inside another operator's backward (at the second order).",
      "Call `register_autograd` on that operator too, with a backward that is differentiable.",
-     "auto_examples/plot_17_custom_ops"),
+     "auto_examples/beyond_python/plot_17_custom_ops"),
     ("C++ Function under torch.func", _cpp_function_under_torch_func,
      "A C++ `torch::autograd::Function` used under `torch.func` (`vmap`, `grad`, `jacrev`, "
      "`hessian`, `jvp`): functorch cannot see inside it.",
      "Call the kernels from a Python Function in the `setup_context` style, with a `vmap` "
      "and a `jvp` rule.",
-     "auto_examples/plot_18_cpp_extension"),
+     "auto_examples/beyond_python/plot_18_cpp_extension"),
 ]  # fmt: skip
 
 
 # Built-ins whose double backward raises: appended, one entry per message.
-_BUILTINS_PAGE = "auto_examples/plot_14_builtins_without_double_backward"
+_BUILTINS_PAGE = "auto_examples/builtins_and_models/plot_14_builtins_without_double_backward"
 SCENARIOS += [
     ("Attention's CPU kernel has no double backward", _builtin_sdpa,
      "`F.scaled_dot_product_attention` (and `nn.MultiheadAttention`, "
@@ -811,7 +811,7 @@ def table(
     return "\n".join(sections)
 
 
-CUDA_PAGE = "auto_examples/plot_21_on_the_gpu"
+CUDA_PAGE = "auto_examples/builtins_and_models/plot_21_on_the_gpu"
 
 # Whole CUDA messages whose GPU measurement kept only their start (ending in "…"). Their text
 # is in torch's own library (tests/docs_ext/test_error_index.py finds each in it).

@@ -344,12 +344,20 @@ class InstallCommand(SphinxDirective):
         return [install_command_node()]
 
 
-def _install_nodes(app: Sphinx) -> list[nodes.Node]:
+def _install_nodes(app: Sphinx, script: str | None = None) -> list[nodes.Node]:
+    """The install command; on a build without a site address (a local one), the steps that
+    run this page from the clone the build was made in: install it, then run the script."""
     command = install_command(app)
-    if command is None:
-        text = "# This build has no site address. From a clone of the repository:\npip install ."
-    else:
+    if command is not None:
         text = command
+    elif script is None:
+        text = '# In the folder of your clone of the repository:\npip install ".[pages]"'
+    else:
+        text = (
+            f"# 1. Download {script} with the button below.\n"
+            '# 2. In the folder of your clone of the repository:\npip install ".[pages]"\n'
+            f"# 3. Where you saved the script:\npython {script}"
+        )
     block = nodes.literal_block(text, text, language="bash")
     return [block]
 
@@ -368,7 +376,8 @@ def _fill(app: Sphinx, doctree: nodes.document, docname: str) -> None:
             )
             parent = footer.parent
             index = parent.index(footer)
-            for offset, node in enumerate([intro, *_install_nodes(app)]):
+            script = f"{docname.rsplit('/', 1)[-1]}.py"
+            for offset, node in enumerate([intro, *_install_nodes(app, script)]):
                 parent.insert(index + offset, node)
 
 

@@ -5,6 +5,8 @@
 - sphinx-gallery thumbnails carry a non-standard ``tooltip`` attribute, which the Nu
   validator rejects: make it ``data-tooltip``, which is valid, and ``_static/custom.css``
   shows sphinx-gallery's tooltip from it as sphinx-gallery's stylesheet does from ``tooltip``.
+- A gallery with sections gets sphinx-gallery's empty tag list once per section, the same
+  ``id`` each time: keep the first.
 - Their images have no size, so the gallery shifts as they load (Lighthouse's "unsized
   images"): give each the box sphinx-gallery's stylesheet fits them in (160 x 112), in which
   ``custom.css`` scales the image without distorting it, and load those below the fold lazily.
@@ -43,9 +45,16 @@ class AccessibleHTMLTranslator(HTML5Translator):
 THUMBNAIL_BOX = {"width": "160", "height": "112", "loading": "lazy"}
 
 
+# sphinx-gallery's (empty) tag list, which it writes once per gallery section: an id twice.
+TAG_LIST = "<div id='sg-tag-list'"
+
+
 def _valid_thumbnail_attributes(
     app: Sphinx, doctree: nodes.document, docname: str
 ) -> None:
+    tag_lists = [raw for raw in doctree.findall(nodes.raw) if TAG_LIST in raw.astext()]
+    for duplicate in tag_lists[1:]:
+        duplicate.parent.remove(duplicate)
     for raw in doctree.findall(nodes.raw):
         text = raw.astext()
         if (

@@ -33,6 +33,15 @@ x = torch.linspace(0, 1, 4).unsqueeze(1)
 print(f"u'' in training: {second_derivative(model, x).squeeze().numpy().round(4)}")
 
 # %%
+# In training, the first derivative has a graph back to ``x``: that is what the second
+# ``autograd.grad`` differentiates, and what an evaluation loop's grad mode takes away.
+from double_backward.graph import autograd_graph
+
+x_leaf = x.detach().requires_grad_()
+(du,) = torch.autograd.grad(model(x_leaf).sum(), x_leaf, create_graph=True)
+autograd_graph({"du": du}, {"x": x_leaf}, title="Graph of du/dx for the network, in training")
+
+# %%
 # Under ``torch.no_grad``: the error
 # ----------------------------------
 # An evaluation loop usually wraps the batch in ``torch.no_grad()``. No graph is recorded, so

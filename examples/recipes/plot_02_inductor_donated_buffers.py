@@ -21,6 +21,8 @@ import torch
 import torch._functorch.config as functorch_config
 import torch._inductor.config as inductor_config
 
+from double_backward.graph import autograd_graph
+
 inductor_config.fx_graph_cache = False
 functorch_config.enable_autograd_cache = False
 
@@ -56,6 +58,11 @@ compiled = torch.compile(critic)
 compiled(x).sum().backward()
 (grad_x,) = torch.autograd.grad(compiled(x).sum(), x, create_graph=True)
 print(f"grad_x has a graph: {grad_x.grad_fn is not None}")
+grad_x_graph = autograd_graph(  # drawn on the page
+    {"grad_x": grad_x},
+    {"x": x},
+    title="Graph of grad_x through the compiled critic",
+)
 try:
     grad_x.pow(2).sum().backward()
 except RuntimeError as error:
@@ -87,7 +94,8 @@ print(f"penalty {penalty.item():.6f} (eager copy: {expected.item():.6f}); same g
 # ----------
 # The donated-buffers error says the backward was compiled for one use. The switch it names
 # removes that error and reveals the real limit: AOTAutograd compiles first-order backward
-# only (:doc:`/auto_examples/plot_19_torch_compile`). Compile what is differentiated once and
+# only (:doc:`/auto_examples/beyond_python/plot_19_torch_compile`). Compile what is differentiated
+# once and
 # run what is differentiated twice in eager mode. Both messages are in the :doc:`/errors`.
 #
 # Next: :doc:`plot_03_third_party_once_differentiable`, when the op that stops you is a

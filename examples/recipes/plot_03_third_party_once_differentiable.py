@@ -18,6 +18,8 @@ the library's own first derivative, with their error measured.
 import torch
 from torch.autograd.function import once_differentiable
 
+from double_backward.graph import autograd_graph
+
 
 class LibrarySoftplus(torch.autograd.Function):
     """A third-party op: first-order backward only (as shipped, not to be edited)."""
@@ -46,6 +48,11 @@ except RuntimeError as error:
 # the incoming gradient requires grad itself (as inside another backward), it does:
 grad_out = torch.ones_like(x, requires_grad=True)
 (grad_x,) = torch.autograd.grad(LibrarySoftplus.apply(x), x, grad_out, create_graph=True)
+grad_x_graph = autograd_graph(  # drawn on the page
+    {"grad_x": grad_x},
+    {"x": x, "grad_out": grad_out},
+    title="Graph of grad_x for the once-differentiable LibrarySoftplus",
+)
 try:
     grad_x.sum().backward()
 except RuntimeError as error:

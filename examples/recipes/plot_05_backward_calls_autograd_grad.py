@@ -17,6 +17,8 @@ make that backward differentiable.
 import torch
 from torch.autograd import gradcheck, gradgradcheck
 
+from double_backward.graph import autograd_graph
+
 
 def f(x):
     return x * torch.sin(x)
@@ -87,6 +89,11 @@ print(f"gradgradcheck: {gradgradcheck(Recompute.apply, (x,))}")
 # %%
 # Against the second derivative by hand, :math:`(x \sin x)'' = 2\cos x - x \sin x`:
 (grad_x,) = torch.autograd.grad(Recompute.apply(x).sum(), x, create_graph=True)
+grad_x_graph = autograd_graph(  # drawn on the page
+    {"grad_x": grad_x},
+    {"x": x},
+    title="Graph of grad_x for Recompute, whose backward calls autograd.grad",
+)
 (second,) = torch.autograd.grad(grad_x.sum(), x)
 expected = 2 * torch.cos(x) - x * torch.sin(x)
 print(f"second derivative matches: {torch.allclose(second, expected.detach())}")

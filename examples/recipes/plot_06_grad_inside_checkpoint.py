@@ -44,6 +44,17 @@ def weight_gradients(block):
 reference = weight_gradients(forces)  # no checkpoint
 
 # %%
+# The graph of the forces, a gradient taken inside forward: the loss's backward runs
+# through it to the weights.
+from double_backward.graph import autograd_graph
+
+autograd_graph(
+    {"forces": forces(positions)},
+    {"positions": positions},
+    title="Graph of the forces, the energy's gradient, taken with create_graph=True",
+)
+
+# %%
 # ``use_reentrant=False``: the same gradients
 # -------------------------------------------
 # The non-reentrant checkpoint runs the block with grad mode as the caller has it, saves

@@ -20,6 +20,8 @@ import copy
 
 import torch
 
+from double_backward.graph import autograd_graph
+
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
 inputs, targets = torch.randn(32, 8), torch.randn(32, 1)
@@ -37,6 +39,11 @@ reference = copy.deepcopy(model)
 loss = loss_of(reference)
 grad_params = torch.autograd.grad(loss, list(reference.parameters()), create_graph=True)
 grad_norm = torch.sqrt(sum(g.pow(2).sum() for g in grad_params))
+penalty_graph = autograd_graph(  # drawn on the page
+    {"grad_norm": grad_norm},
+    dict(reference.named_parameters()),
+    title="Graph of the gradient penalty's norm, without a scaler",
+)
 (loss + grad_norm).backward()
 expected = grads_of(reference)
 

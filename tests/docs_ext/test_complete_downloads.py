@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 import complete_downloads
-from complete_downloads import LITERALINCLUDE, ROLE, _included_code
+from complete_downloads import LITERALINCLUDE, ROLE, _fill_in, _included_code, to_markdown_parts
 from package_wheel import first_notebook_cell, page_needs, prerequisites_check
 
 CPP = """#include <torch/extension.h>
@@ -264,3 +264,17 @@ def test_a_page_stops_depending_on_its_rewritten_downloads_only(tmp_path):
         "../src/pkg/module.py",
         "auto_examples/images/a.svg",
     }
+
+
+def test_raw_html_becomes_the_html_itself_and_the_text_after_it_stays():
+    # An exercise's folded solution: the <details> opens in one text cell, closes in another.
+    rest = (
+        ".. raw:: html\n"
+        "\n"
+        "   <details><summary>The solution</summary>\n"
+        "\n"
+        "Save the input.\n"
+    )
+    blocks: dict[str, str] = {}
+    markdown = _fill_in(to_markdown_parts(None, "page", rest, blocks), blocks)
+    assert markdown == "<details><summary>The solution</summary>\n\nSave the input.\n"

@@ -221,7 +221,7 @@ def _printed(output: str, label: str) -> str:
 
 
 def test_the_custom_operators_page_defines_its_operators_and_never_imports_the_packages():
-    cells = _download_code("plot_17_custom_ops.py")
+    cells = _download_code("beyond_python/plot_17_custom_ops.py")
     defining = [c for c in cells if "@torch.library.custom_op" in c]
     # cube, cube_backward, and the broken pair of the failure section, each in a code cell.
     assert len(defining) == 3
@@ -246,7 +246,7 @@ def test_the_custom_operators_page_defines_its_operators_and_never_imports_the_p
 
 
 def test_editing_the_custom_operators_cell_changes_what_the_next_cell_prints(tmp_path):
-    cells = _download_code("plot_17_custom_ops.py")
+    cells = _download_code("beyond_python/plot_17_custom_ops.py")
     first_code = next(i for i, c in enumerate(cells) if "d2y/dx2" in c)
     # Up to the derivatives' cell; and which package modules the whole download's imports load.
     imports = "\n".join(
@@ -267,7 +267,7 @@ def test_editing_the_custom_operators_cell_changes_what_the_next_cell_prints(tmp
 
 def test_editing_the_cpp_source_cell_changes_what_the_cells_after_it_print(tmp_path):
     # Compiles the edited source (about a minute), into an empty cache.
-    cells = _download_code("plot_18_cpp_extension.py")
+    cells = _download_code("beyond_python/plot_18_cpp_extension.py")
     (source_cell,) = [c for c in cells if 'CUBE_CPP = r"""' in c]
     assert source_cell.index(cpp_extension.SOURCE.read_text().strip()) > 0
     assert "load_extension(source=CUBE_CPP)" in source_cell

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
-from valid_html import svg_size
+from docutils import nodes
+from docutils.frontend import get_default_settings
+from docutils.parsers.rst import Parser
+from docutils.utils import new_document
+from valid_html import _valid_thumbnail_attributes, svg_size
 
 SVG = '<svg xmlns="http://www.w3.org/2000/svg" {attributes}></svg>'
 
@@ -32,3 +35,15 @@ def test_svg_size_is_none_without_an_absolute_width_and_height(tmp_path, attribu
     path = tmp_path / "figure.svg"
     path.write_text(SVG.format(attributes=attributes))
     assert svg_size(path) is None
+
+
+def test_a_gallery_with_sections_keeps_one_tag_list_and_its_other_raw_html():
+    document = new_document("index", get_default_settings(Parser))
+    tag_list = "<div id='sg-tag-list' class='sphx-glr-tag-list'></div>"
+    for text in (tag_list, "<div class='sphx-glr-thumbnails'>", tag_list):
+        document += nodes.raw(text, text, format="html")
+    _valid_thumbnail_attributes(None, document, "index")
+    assert [raw.astext() for raw in document.findall(nodes.raw)] == [
+        tag_list,
+        "<div class='sphx-glr-thumbnails'>",
+    ]

@@ -29,7 +29,7 @@ from torch import nn
 from .launch import check_importable, launch
 
 WRAPPERS = ("ddp", "fsdp")
-PAGE = "https://double-backward.readthedocs.io/en/latest/auto_examples/plot_22_ddp_and_fsdp.html"
+PAGE = "https://double-backward.readthedocs.io/en/latest/auto_examples/builtins_and_models/plot_22_ddp_and_fsdp.html"
 
 _SYNC_FIX = (
     "run the step inside `double_backward.distributed.synchronized_gradients(model)` "

@@ -15,11 +15,14 @@ from torch import nn
 from .cuda_fixes import CUDA_FIXES, CUDNN_RNN_EVAL_MESSAGE
 
 DOCS_URL = "https://double-backward.readthedocs.io/en/latest/"
-BUILTINS_PAGE = DOCS_URL + "auto_examples/plot_14_builtins_without_double_backward.html"
+BUILTINS_PAGE = (
+    DOCS_URL
+    + "auto_examples/builtins_and_models/plot_14_builtins_without_double_backward.html"
+)
 BUILTINS_TABLE = DOCS_URL + "builtins.html"
-HIGHER_ORDERS_PAGE = DOCS_URL + "auto_examples/plot_08_higher_orders.html"
-FAILURES_PAGE = DOCS_URL + "auto_examples/plot_13_failure_gallery.html"
-UNTRACKED_PAGE = DOCS_URL + "auto_examples/plot_04_untracked_backward.html"
+HIGHER_ORDERS_PAGE = DOCS_URL + "auto_examples/writing/plot_08_higher_orders.html"
+FAILURES_PAGE = DOCS_URL + "auto_examples/when_it_breaks/plot_13_failure_gallery.html"
+UNTRACKED_PAGE = DOCS_URL + "auto_examples/tutorial/plot_04_untracked_backward.html"
 
 _SDPA_FIX = (
     "run attention under `torch.nn.attention.sdpa_kernel(SDPBackend.MATH)` (it saves the "

@@ -15,18 +15,18 @@ from typing import Any
 DOCS_URL = "https://double-backward.readthedocs.io/en/latest/"
 # Printed URLs (never validated against the built site): key -> page under DOCS_URL.
 PAGES = {
-    "intermediates": "auto_examples/plot_03_saving_intermediates.html",
-    "untracked": "auto_examples/plot_04_untracked_backward.html",
-    "modern": "auto_examples/plot_06_modern_api.html",
-    "deriving": "auto_examples/plot_07_deriving_double_backward.html",
-    "inplace": "auto_examples/plot_10_inplace_and_views.html",
-    "surrogate": "auto_examples/plot_12_surrogate_gradients.html",
-    "failures": "auto_examples/plot_13_failure_gallery.html",
-    "builtins": "auto_examples/plot_14_builtins_without_double_backward.html",
-    "check": "auto_examples/plot_16_check_your_function.html",
-    "custom-ops": "auto_examples/plot_17_custom_ops.html",
-    "cpp": "auto_examples/plot_18_cpp_extension.html",
-    "compile": "auto_examples/plot_19_torch_compile.html",
+    "intermediates": "auto_examples/tutorial/plot_03_saving_intermediates.html",
+    "untracked": "auto_examples/tutorial/plot_04_untracked_backward.html",
+    "modern": "auto_examples/writing/plot_06_modern_api.html",
+    "deriving": "auto_examples/writing/plot_07_deriving_double_backward.html",
+    "inplace": "auto_examples/writing/plot_10_inplace_and_views.html",
+    "surrogate": "auto_examples/writing/plot_12_surrogate_gradients.html",
+    "failures": "auto_examples/when_it_breaks/plot_13_failure_gallery.html",
+    "builtins": "auto_examples/builtins_and_models/plot_14_builtins_without_double_backward.html",
+    "check": "auto_examples/when_it_breaks/plot_16_check_your_function.html",
+    "custom-ops": "auto_examples/beyond_python/plot_17_custom_ops.html",
+    "cpp": "auto_examples/beyond_python/plot_18_cpp_extension.html",
+    "compile": "auto_examples/beyond_python/plot_19_torch_compile.html",
     "compatibility": "compatibility.html",
 }
 WIDTH = 79  # what fits a terminal and the docs' output blocks

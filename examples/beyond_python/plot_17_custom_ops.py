@@ -3,11 +3,12 @@ Code outside PyTorch, the modern way: custom operators
 ======================================================
 
 The tutorial wraps a NumPy backward in a second :class:`torch.autograd.Function`
-(:doc:`plot_04_untracked_backward`). Since PyTorch 2.4, PyTorch recommends
+(:doc:`/auto_examples/tutorial/plot_04_untracked_backward`). Since PyTorch 2.4, PyTorch recommends
 :func:`torch.library.custom_op` for Python code it cannot see (NumPy, SciPy): an operator with
 a schema, whose derivative is registered with ``register_autograd``. (For a C++ or CUDA kernel
 it recommends registering the operator from C++ with ``TORCH_LIBRARY``;
-:doc:`plot_18_cpp_extension` takes the C++ route with a ``torch::autograd::Function``.)
+:doc:`/auto_examples/beyond_python/plot_18_cpp_extension` takes the C++ route with a
+``torch::autograd::Function``.)
 Double backward needs the same idea as before: the backward must itself be an operator with
 its own autograd.
 
@@ -48,7 +49,8 @@ print(f"d3y/dx3   at x = 1.5: {grad3_x.item():.4f}  (analytic 6)")
 # The graph of ``grad_x``
 # -----------------------
 # ``grad_x`` is the output of ``cube_backward``: its node is the backward PyTorch generated from
-# ``register_autograd``, and it reaches ``x``. (Colours: :doc:`plot_00_grad_mode_rules`.)
+# ``register_autograd``, and it reaches ``x``. (Colours:
+# :doc:`/auto_examples/tutorial/plot_00_grad_mode_rules`.)
 from double_backward.graph import autograd_graph
 
 grad_x_graph = autograd_graph(
@@ -105,7 +107,8 @@ except RuntimeError as error:
     print(f"second order: RuntimeError: {error}")
 
 # %%
-# Unlike a backward that leaves no graph (:doc:`plot_18_cpp_extension`), the recorded call
+# Unlike a backward that leaves no graph
+# (:doc:`/auto_examples/beyond_python/plot_18_cpp_extension`), the recorded call
 # is on every path back to ``x``, so the error comes in the losses a model meets too:
 # composed with a nonlinear op, after a ReLU, and beside another term that reaches ``x``.
 for label, loss in (
@@ -155,7 +158,8 @@ print(f"exported graph calls: {calls}")
 # What they give: ``torch.compile`` without a graph break
 # -------------------------------------------------------
 # With ``fullgraph=True`` a graph break is an error. Dynamo traces plain NumPy arithmetic, but
-# not the ``np.errstate`` block in the tutorial's ``Cube`` backward (:doc:`plot_19_torch_compile`
+# not the ``np.errstate`` block in the tutorial's ``Cube`` backward
+# (:doc:`/auto_examples/beyond_python/plot_19_torch_compile`
 # shows which NumPy breaks it), so without ``fullgraph`` it falls back to eager for that call.
 # The operator is opaque to Dynamo, whatever its Python does, and compiles. (``aot_eager``
 # keeps this page's build fast.)
@@ -177,7 +181,8 @@ for name, fn in [("cube operator", cube), ("Cube Function", Cube.apply)]:
 # reverse-mode transforms refuse those, as they refuse the tutorial's ``Cube``. ``vmap`` works
 # through the registered ``register_vmap`` rule. Forward mode (``jvp``, ``jacfwd``) is worse:
 # there is no way to register a forward-mode rule, and the operator returns **zero tangents,
-# silently**. The ``setup_context`` Functions of :doc:`plot_06_modern_api` support all of these.
+# silently**. The ``setup_context`` Functions of :doc:`/auto_examples/writing/plot_06_modern_api`
+# support all of these.
 registrations = [name for name in dir(cube) if name.startswith("register_")]
 print(f"what a custom operator can register: {registrations}")
 
@@ -200,9 +205,8 @@ print(
 # What they cost: per-call overhead
 # ---------------------------------
 # Each call to a custom operator goes through the dispatcher (schema check, autograd key, Python
-# kernel) before NumPy runs. Timed by ``benchmarks/call_overhead.py`` on a 100-element float64
-# tensor, on the machine the project measures on; the page prints that committed run, since a
-# timing taken while the site builds would change from build to build.
+# kernel) before NumPy runs. The page prints a timing on a 100-element float64 tensor,
+# measured once on the machine named below, not while the page was built.
 from double_backward.costs import load_measurements
 
 overhead = load_measurements("call_overhead")
@@ -221,4 +225,5 @@ for kind, row in overhead["calls"].items():
 # break, be exported, or be traced with fake tensors; give its backward an operator with its own
 # ``register_autograd``, and double and higher backward work as with ``CubeBackward``. Keep a
 # ``setup_context`` Function when you need :mod:`torch.func` or forward mode, and check which is
-# which in the :doc:`/compatibility`. Next, the same pattern in C++: :doc:`plot_18_cpp_extension`.
+# which in the :doc:`/compatibility`. Next, the same pattern in C++:
+# :doc:`/auto_examples/beyond_python/plot_18_cpp_extension`.

@@ -28,7 +28,7 @@ error, depending on what follows it in the loss.
 # ``ctx.set_materialize_grads(False)`` makes backward receive ``None``, not zeros, for an
 # output that got no gradient: ``0 * inf`` would turn an overflow into ``nan``. That holds in
 # eager mode; ``torch.compile`` materialises the zeros anyway, and the ``nan`` comes back
-# (run in :doc:`plot_19_torch_compile`).
+# (run in :doc:`/auto_examples/beyond_python/plot_19_torch_compile`).
 #
 # .. literalinclude:: /../src/double_backward/functions/saving_intermediates.py
 #    :pyobject: Sinh
@@ -68,8 +68,9 @@ print(f"torch.sinh(89), 64 elements:    {torch.sinh(long_tensor)[0].item():.4g}"
 # The graph of ``grad_x``
 # -----------------------
 # ``grad_x`` is built from the saved intermediates, and they lead back to ``x`` through
-# ``SinhBackward``. (Colours: :doc:`plot_00_grad_mode_rules`. ``retain_graph=True`` above kept
-# the saved tensors this graph shows: :doc:`plot_09_graph_lifetime`.)
+# ``SinhBackward``. (Colours: :doc:`/auto_examples/tutorial/plot_00_grad_mode_rules`.
+# ``retain_graph=True`` above kept
+# the saved tensors this graph shows: :doc:`/auto_examples/writing/plot_09_graph_lifetime`.)
 from double_backward.graph import autograd_graph
 
 grad_x_graph = autograd_graph(
@@ -82,7 +83,7 @@ grad_x_graph
 # %%
 # gradcheck and gradgradcheck
 # ---------------------------
-# Both pass (what each compares: :doc:`plot_01_saving_inputs`).
+# Both pass (what each compares: :doc:`/auto_examples/tutorial/plot_01_saving_inputs`).
 from torch.autograd import gradcheck, gradgradcheck
 
 torch.manual_seed(0)
@@ -239,4 +240,4 @@ except GradcheckError as error:
 # Save only inputs and outputs. If backward needs an intermediate, either return it as an extra
 # output (and handle its gradient in backward), as :class:`~double_backward.Sinh` does, or
 # recompute it in backward from the saved inputs. Next, a backward that autograd cannot record at
-# all: :doc:`plot_04_untracked_backward`.
+# all: :doc:`/auto_examples/tutorial/plot_04_untracked_backward`.

@@ -40,7 +40,7 @@ print(f"grad_fn: {untracked.grad_fn}")
 # inside ``CubeBackward.forward``, but it records the call, and ``CubeBackward.backward`` gives the
 # derivatives of :math:`g = 3x^2\,\bar{y}` with respect to both of its inputs, :math:`\bar{y}` and
 # :math:`x`, with differentiable torch operations (each only when that input requires grad; what
-# that saves is measured in :doc:`plot_20_costs`).
+# that saves is measured in :doc:`/auto_examples/costs/plot_20_costs`).
 #
 # .. literalinclude:: /../src/double_backward/functions/untracked_backward.py
 #    :pyobject: Cube
@@ -66,8 +66,10 @@ torch.testing.assert_close(grad3_x, torch.tensor(6.0, dtype=torch.float64))
 # The graph of ``grad_x``
 # -----------------------
 # ``grad_x`` is the output of ``CubeBackward``; its node ``CubeBackwardBackward`` keeps the saved
-# ``grad_out`` and ``x`` and leads back to ``x``. (Colours: :doc:`plot_00_grad_mode_rules`.
-# ``retain_graph=True`` above kept the saved tensors it shows: :doc:`plot_09_graph_lifetime`.)
+# ``grad_out`` and ``x`` and leads back to ``x``. (Colours:
+# :doc:`/auto_examples/tutorial/plot_00_grad_mode_rules`.
+# ``retain_graph=True`` above kept the saved tensors it shows:
+# :doc:`/auto_examples/writing/plot_09_graph_lifetime`.)
 from double_backward.graph import autograd_graph
 
 grad_x_graph = autograd_graph(
@@ -102,5 +104,6 @@ print(f"gradgradcheck(CubeBackward.apply) passed: {second}")
 # --------
 # When backward leaves autograd, make it a Function and write its backward too. That backward is
 # itself made of torch operations, so higher derivatives follow in reverse mode, as far as those
-# operations' own formulas are right (:doc:`plot_08_higher_orders` measures how far). The four
-# cases side by side: :doc:`plot_05_four_cases_compared`.
+# operations' own formulas are right (:doc:`/auto_examples/writing/plot_08_higher_orders` measures
+# how far). The four
+# cases side by side: :doc:`/auto_examples/tutorial/plot_05_four_cases_compared`.

@@ -45,6 +45,18 @@ for name, (ours, native) in PAIRS.items():
     print(f"{name:8}{row}")
 
 # %%
+# The graph of ``Cube``'s first derivative, which each higher order differentiates again.
+from double_backward.graph import autograd_graph
+
+x_leaf = x.clone().requires_grad_()
+(grad_x,) = torch.autograd.grad(Cube.apply(x_leaf), x_leaf, create_graph=True)
+autograd_graph(
+    {"grad_x": grad_x},
+    {"x": x_leaf},
+    title="Graph of Cube's first derivative, differentiated again for each higher order",
+)
+
+# %%
 # All four reach the fourth order, for the same reason the second worked: ``Square``, ``Exp``
 # and ``Sinh`` build backward from differentiable torch operations on tracked tensors, and
 # ``Cube``'s backward is a Function (``CubeBackward``) whose own backward is again torch
@@ -141,7 +153,8 @@ print(
 # ---------------------------------------
 # A backward made of native ops inherits their derivatives, and those are only as good as
 # each op's own formulas. A fused native kernel saves statistics from its forward, as the
-# trap of :doc:`plot_07_deriving_double_backward` does, and its double backward formula
+# trap of :doc:`/auto_examples/writing/plot_07_deriving_double_backward` does, and its double
+# backward formula
 # accounts for them by hand; the formula one order up may not. ``F.batch_norm`` in training
 # mode, each order of :math:`\sum_i c_i \cdot` (the previous derivative) against the same
 # batch norm composed of ``mean``, ``var`` and elementwise ops (`pytorch/pytorch#186256
@@ -218,13 +231,16 @@ for name, outer, inner in (("jacrev(jacrev)", jacrev, jacrev), ("jacfwd(jacrev)"
 # %%
 # Takeaway
 # --------
-# Differentiability is inherited, in reverse mode: a backward made of recorded operations or of
-# Functions with their own backward can be differentiated again, to the order its native ops'
-# own formulas are right (fused kernels such as batch norm's stop at the third), and forward
-# mode inherits nothing from backward. When it cannot, mark it
-# ``@once_differentiable``, but do not count on an error: it is loud only for a second
-# ``.backward()`` whose incoming gradient requires grad, and silent when other terms of the
-# loss reach the input. Test the second derivative the way your code takes it (or run
-# :func:`~torch.autograd.gradgradcheck`, which raises). Next, how long a graph lives when you
-# differentiate it more than once: :doc:`plot_09_graph_lifetime`; more mistakes that are not
-# loud: :doc:`plot_13_failure_gallery`.
+# Differentiability is inherited, in reverse mode. A backward made of recorded operations, or
+# of Functions with their own backward, can be differentiated again, to the order its native
+# ops' own formulas are right (fused kernels such as batch norm's stop at the third). Forward
+# mode inherits nothing from backward.
+#
+# When a backward cannot be differentiated, mark it ``@once_differentiable``, but do not count
+# on an error: it is loud only for a second ``.backward()`` whose incoming gradient requires
+# grad, and silent when other terms of the loss reach the input. Test the second derivative
+# the way your code takes it, or run :func:`~torch.autograd.gradgradcheck`, which raises.
+#
+# Next, how long a graph lives when you differentiate it more than once:
+# :doc:`/auto_examples/writing/plot_09_graph_lifetime`; more mistakes that are not
+# loud: :doc:`/auto_examples/when_it_breaks/plot_13_failure_gallery`.

@@ -38,7 +38,7 @@ print(f"grad_x.grad_fn:   {type(grad_x.grad_fn).__name__}")
 # --------------------
 # Forward left a single ``SquareBackward`` node. ``x`` is linked to it twice: by an arrow, as its
 # input, and by a dashed line, as the tensor it saved. (Colours and lines:
-# :doc:`plot_00_grad_mode_rules`.)
+# :doc:`/auto_examples/tutorial/plot_00_grad_mode_rules`.)
 from double_backward.graph import autograd_graph
 
 out_graph = autograd_graph({"out": out}, {"x": x}, title="Graph of out = Square(x)")
@@ -96,4 +96,5 @@ print(f"gradcheck(Square.apply) in float32 passed: {in_float32}")
 # Takeaway
 # --------
 # An input saved for backward carries its own history, so a backward written with differentiable
-# torch operations is differentiable again. Next: :doc:`plot_02_saving_outputs`.
+# torch operations is differentiable again. Next:
+# :doc:`/auto_examples/tutorial/plot_02_saving_outputs`.

@@ -43,6 +43,17 @@ for name, fn in FUNCTIONS.items():
     print(f"{name:34} {'yes' if reaches(grad_x, x) else 'no':17} {verdict}")
 
 # %%
+# ``SinhBad``'s row, drawn: its ``grad_x`` is a lone node, with no graph back to ``x``.
+from double_backward.graph import autograd_graph
+
+(grad_x,) = torch.autograd.grad(SinhBad.apply(x).sum(), x, create_graph=True)
+autograd_graph(
+    {"grad_x": grad_x},
+    {"x": x},
+    title="Graph of grad_x for SinhBad: a lone node, no graph back to x",
+)
+
+# %%
 # The same Functions inside a loss
 # --------------------------------
 # ``gradgradcheck`` feeds backward an incoming gradient that does not depend on ``x``. In a
@@ -92,21 +103,23 @@ for name, fn in FUNCTIONS.items():
 # What to remember
 # ----------------
 # - Forward runs in no-grad mode; backward is recorded under ``create_graph=True``
-#   (:doc:`plot_00_grad_mode_rules`).
-# - Saving inputs (:doc:`plot_01_saving_inputs`) or outputs (:doc:`plot_02_saving_outputs`) with
+#   (:doc:`/auto_examples/tutorial/plot_00_grad_mode_rules`).
+# - Saving inputs (:doc:`/auto_examples/tutorial/plot_01_saving_inputs`) or outputs
+#   (:doc:`/auto_examples/tutorial/plot_02_saving_outputs`) with
 #   :meth:`~torch.autograd.function.FunctionCtx.save_for_backward` keeps their history: double
 #   backward works with nothing extra.
 # - An intermediate has no history. Return it as an extra output and handle its gradient, or
-#   recompute it in backward (:doc:`plot_03_saving_intermediates`).
+#   recompute it in backward (:doc:`/auto_examples/tutorial/plot_03_saving_intermediates`).
 # - A backward autograd cannot see becomes a Function with a backward of its own
-#   (:doc:`plot_04_untracked_backward`).
+#   (:doc:`/auto_examples/tutorial/plot_04_untracked_backward`).
 # - A graph back to ``x`` is necessary, not sufficient: ``SinhBad``'s gradient reaches ``x``
 #   through the incoming gradient when that gradient depends on ``x``, and is then wrong
 #   without an error after a smooth op downstream, and exactly zero without an error after a
 #   piecewise-linear one (ReLU); behind a linear layer it has no path to ``x``, and its share
-#   of the second derivative is silently missing (:doc:`plot_03_saving_intermediates`).
+#   of the second derivative is silently missing
+#   (:doc:`/auto_examples/tutorial/plot_03_saving_intermediates`).
 # - Check every Function with :func:`~torch.autograd.gradcheck` *and*
 #   :func:`~torch.autograd.gradgradcheck`, in float64: only the second catches a lost graph.
 #
 # Next, the ``setup_context`` style that :mod:`torch.func` needs, and the ``jvp`` that forward
-# mode needs: :doc:`plot_06_modern_api`.
+# mode needs: :doc:`/auto_examples/writing/plot_06_modern_api`.

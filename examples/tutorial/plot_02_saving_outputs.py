@@ -34,7 +34,8 @@ print(f"dy/dx at x = 0.5: {grad_x.item():.6f}  (analytic e^x = {exp_x:.6f})")
 # The graph of ``grad_x``
 # -----------------------
 # ``grad_x = grad_out * result``: the ``MulBackward0`` node reaches ``x`` through ``ExpBackward``,
-# the ``grad_fn`` of the saved output. (Colours: :doc:`plot_00_grad_mode_rules`.)
+# the ``grad_fn`` of the saved output. (Colours:
+# :doc:`/auto_examples/tutorial/plot_00_grad_mode_rules`.)
 from double_backward.graph import autograd_graph
 
 grad_x_graph = autograd_graph(
@@ -55,7 +56,7 @@ torch.testing.assert_close(grad2_x, torch.exp(x.detach()))
 # %%
 # gradcheck and gradgradcheck
 # ---------------------------
-# Both pass (what each compares: :doc:`plot_01_saving_inputs`).
+# Both pass (what each compares: :doc:`/auto_examples/tutorial/plot_01_saving_inputs`).
 from torch.autograd import gradcheck, gradgradcheck
 
 torch.manual_seed(0)
@@ -67,4 +68,5 @@ print(f"gradgradcheck(Exp.apply) passed: {gradgradcheck(Exp.apply, inputs)}")
 # Takeaway
 # --------
 # Inputs and outputs are the two kinds of tensor autograd already tracks; saving either is safe for
-# double backward. Intermediate results are not: :doc:`plot_03_saving_intermediates`.
+# double backward. Intermediate results are not:
+# :doc:`/auto_examples/tutorial/plot_03_saving_intermediates`.

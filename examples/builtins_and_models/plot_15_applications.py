@@ -15,7 +15,7 @@ physics-informed residual with a second derivative. Each needs the gradient of a
 # :class:`~double_backward.Exp`. A Newton step solves :math:`H\,\delta = -\nabla f` by
 # conjugate gradients, which needs only products :math:`Hv`: the gradient of
 # :math:`\nabla f \cdot v`, a double backward. Every product runs through the same gradient's
-# graph, hence ``retain_graph=True``: :doc:`plot_09_graph_lifetime`.
+# graph, hence ``retain_graph=True``: :doc:`/auto_examples/writing/plot_09_graph_lifetime`.
 import torch
 
 from double_backward import Exp
@@ -72,7 +72,7 @@ for iteration in range(4):
 # The critic :math:`D(x) = v \cdot \sinh(W x)` uses :func:`~double_backward.sinh`. The penalty
 # :math:`(\lVert \nabla_x D(\hat{x}) \rVert - 1)^2` contains a gradient; training the critic
 # differentiates it with respect to :math:`W`: double backward. (A critic with attention
-# needs more: :doc:`plot_14_builtins_without_double_backward`.)
+# needs more: :doc:`/auto_examples/builtins_and_models/plot_14_builtins_without_double_backward`.)
 from double_backward import sinh
 
 W = torch.randn(4, 3, dtype=torch.float64)
@@ -97,6 +97,20 @@ print(
     f"penalty: {penalty:.6f}; d penalty / dW matches torch.sinh: {torch.allclose(ours, native)}"
 )
 print(f"max |difference|: {(ours - native).abs().max():.1e}")
+
+# %%
+# The graph of the critic's input gradient with ``sinh``, which the penalty differentiates.
+from double_backward.graph import autograd_graph
+
+weights = W.clone().requires_grad_()
+points = x_hat.clone().requires_grad_()
+critic = (sinh(points @ weights.T) @ v).sum()
+(grad_points,) = torch.autograd.grad(critic, points, create_graph=True)
+autograd_graph(
+    {"grad_points": grad_points},
+    {"points": points, "W": weights},
+    title="Graph of the critic's input gradient with sinh, for the gradient penalty",
+)
 
 # %%
 # A MAML meta-gradient
@@ -168,5 +182,5 @@ for name, mine, theirs in zip("awc", ours, native, strict=True):
 # --------
 # Each application is ordinary PyTorch code that happens to differentiate a gradient; a custom
 # Function in it must support double backward, or the result is an error or, worse, silently
-# wrong (:doc:`plot_13_failure_gallery`). Next, how to check yours:
-# :doc:`plot_16_check_your_function`.
+# wrong (:doc:`/auto_examples/when_it_breaks/plot_13_failure_gallery`). Next, how to check yours:
+# :doc:`/auto_examples/when_it_breaks/plot_16_check_your_function`.

@@ -61,6 +61,19 @@ for label, rounding in [
     print(f"{label}: dP/dw {(d_w + 0).numpy()}   dP/dx {(d_x + 0).numpy()}")
 
 # %%
+# The graph of ``grad_x`` for ``RoundSTE`` in that loss: the penalty reaches ``w`` through it.
+from double_backward.graph import autograd_graph
+
+(grad_x,) = torch.autograd.grad(
+    (w * RoundSTE.apply(x) ** 2).sum(), x, create_graph=True
+)
+autograd_graph(
+    {"grad_x": grad_x},
+    {"x": x, "w": w},
+    title="Graph of grad_x for RoundSTE in the penalty's loss",
+)
+
+# %%
 # Through ``torch.round`` the penalty is zero
 # -------------------------------------------
 # Without the surrogate, :math:`\partial L/\partial x` is zero everywhere, a constant with no
@@ -178,7 +191,7 @@ for name, fn in surrogates.items():
 # -------------------------------------------------------------
 # :class:`~double_backward.functions.surrogates.FastSigmoidSpikeSavesSurrogate` computes
 # :math:`s'(x)` in forward and saves it: an intermediate with no history, so the
-# :math:`s''` term is lost, the trap of :doc:`plot_03_saving_intermediates`.
+# :math:`s''` term is lost, the trap of :doc:`/auto_examples/tutorial/plot_03_saving_intermediates`.
 #
 # .. literalinclude:: /../src/double_backward/functions/surrogates.py
 #    :pyobject: FastSigmoidSpikeSavesSurrogate
@@ -201,4 +214,4 @@ print(
 # ``check(fn, x, surrogate_gradient=True)``.
 #
 # Next: the mistakes that break double backward, each with its fix, in
-# :doc:`plot_13_failure_gallery`.
+# :doc:`/auto_examples/when_it_breaks/plot_13_failure_gallery`.

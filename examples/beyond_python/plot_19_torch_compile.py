@@ -52,7 +52,8 @@ for name, fn in FUNCTIONS.items():
 # What breaks the graph
 # ---------------------
 # Dynamo refuses a ``jvp`` staticmethod (the ``setup_context`` Functions of
-# :doc:`plot_06_modern_api`). NumPy itself is not the problem: Dynamo traces NumPy arithmetic
+# :doc:`/auto_examples/writing/plot_06_modern_api`). NumPy itself is not the problem: Dynamo traces
+# NumPy arithmetic
 # through ``torch._numpy``. What stops it in the tutorial's ``Cube`` is the
 # ``np.errstate`` block that its NumPy backward uses to keep NumPy's overflow warning quiet:
 import numpy as np
@@ -78,13 +79,14 @@ for fn in (numpy_arithmetic, numpy_with_errstate):
 # %%
 # Without ``fullgraph=True`` the Functions that break the graph run eagerly there, as the
 # :doc:`/compatibility` shows. A custom operator is opaque and compiles
-# (:doc:`plot_17_custom_ops`).
+# (:doc:`/auto_examples/beyond_python/plot_17_custom_ops`).
 #
 # Compiled, ``sinh`` gets zeros where eager gets ``None``
 # -------------------------------------------------------
 # ``sinh`` compiles into one graph, but not with the same backward. The package's ``Sinh``
 # calls ``ctx.set_materialize_grads(False)`` so that the extra outputs nobody used send
-# ``None`` to backward, not zeros (:doc:`plot_03_saving_intermediates`). The compiled backward
+# ``None`` to backward, not zeros (:doc:`/auto_examples/tutorial/plot_03_saving_intermediates`). The
+# compiled backward
 # materialises the zeros anyway, and where :math:`e^x` overflows, :math:`0 \cdot \infty`
 # turns the gradient into ``nan``. In float32:
 x32 = torch.tensor([1.0, 89.0, 100.0], requires_grad=True)
@@ -98,10 +100,9 @@ for label, fn in [("eager sinh", sinh), ("compiled sinh", compiled_sinh),
 # %%
 # The compile time
 # ----------------
-# A compile costs far more than a call. Timed on the machine the project measures on (a timing
-# taken while the site builds would change from build to build), by
-# ``benchmarks/call_overhead.py``: ``Square`` compiled with ``aot_eager`` and run forward and
-# backward, after ``torch._dynamo.reset()``, against one eager call.
+# A compile costs far more than a call. The page prints a timing measured once, on the
+# machine named below, not while the page was built: ``Square`` compiled with ``aot_eager``
+# and run forward and backward, after ``torch._dynamo.reset()``, against one eager call.
 from double_backward.costs import load_measurements
 
 overhead = load_measurements("call_overhead")
@@ -130,6 +131,16 @@ print(f"compiled gradient: {grad_x.tolist()}  (2x = {(2 * x).tolist()})")
 # Asking for a differentiable gradient also works: the gradient has a ``grad_fn``.
 (grad_x,) = torch.autograd.grad(compiled_square(x).sum(), x, create_graph=True)
 print(f"gradient {grad_x.tolist()}, grad_fn: {type(grad_x.grad_fn).__name__}")
+
+# %%
+# The graph of that gradient: AOTAutograd's compiled backward is one node.
+from double_backward.graph import autograd_graph
+
+autograd_graph(
+    {"grad_x": grad_x},
+    {"x": x},
+    title="Graph of grad_x through the compiled Square",
+)
 
 # %%
 # The double-backward error
@@ -198,7 +209,8 @@ print(f"Hv for Cube, eager: {hvp.tolist()}  (6x = {(6 * x).tolist()})")
 # The error comes from autograd differentiating a compiled region a second time from outside.
 # A function that computes its own second derivative with :mod:`torch.func` is traced whole,
 # derivatives included, and AOTAutograd never meets a second backward. It needs Functions that
-# :mod:`torch.func` accepts: the ``setup_context`` style (:doc:`plot_06_modern_api`).
+# :mod:`torch.func` accepts: the ``setup_context`` style
+# (:doc:`/auto_examples/writing/plot_06_modern_api`).
 from torch.func import grad
 
 from double_backward.functions import setup_context_style as modern
@@ -222,5 +234,6 @@ print(
 # but not a second backward through the compiled region from outside. Compile what needs one
 # derivative and keep in eager mode what needs two, or take every derivative inside the
 # compiled function with :mod:`torch.func`; check where your Functions stand in the
-# :doc:`/compatibility`. Wrapping outside code for compile: :doc:`plot_17_custom_ops`. Next,
-# what each way of writing a Function costs: :doc:`plot_20_costs`.
+# :doc:`/compatibility`. Wrapping outside code for compile:
+# :doc:`/auto_examples/beyond_python/plot_17_custom_ops`. Next,
+# what each way of writing a Function costs: :doc:`/auto_examples/costs/plot_20_costs`.

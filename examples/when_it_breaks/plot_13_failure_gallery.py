@@ -18,18 +18,20 @@ names each of them. Patterns 7 and 8 are a correct Function in the old style und
 # How each pattern is put to the test
 # -----------------------------------
 # :func:`~double_backward.functions.failures.second_derivative` takes the second derivative of
-# ``sinh`` or ``x**2`` at three points in the four ways a reader meets it: with a plain
-# incoming gradient (``fn(x).sum()``), with one that requires grad (as
-# :func:`~torch.autograd.gradgradcheck` passes), with one that **depends on** ``x``, as
-# after a smooth nonlinear op downstream: the loss :math:`\tfrac12 \sum f(x)^2`, whose second
-# derivative is :math:`f'^2 + f f''`; and **after a ReLU**, the loss
-# :math:`\sum \mathrm{relu}(f(x))`, whose incoming gradient :math:`[f(x) > 0]` depends on
-# ``x`` through a step with derivative zero, and whose second derivative is
-# :math:`[f > 0]\, f''`. ``symptom`` prints each next to the native op's answer; SILENTLY ZERO
-# is a wrong answer that is exactly zero.
-# Where the gradient has no path back to ``x`` at all, it prints NO PATH TO x: asked alone,
-# :func:`torch.autograd.grad` then raises, but in a loss with other terms that reach ``x``
-# (any model has them) the Function's share silently counts as 0.
+# ``sinh`` or ``x**2`` at three points, in the four ways a reader meets it:
+#
+# - with a plain incoming gradient, ``fn(x).sum()``;
+# - with one that requires grad, as :func:`~torch.autograd.gradgradcheck` passes;
+# - with one that **depends on** ``x``, as after a smooth nonlinear op downstream: the loss
+#   :math:`\tfrac12 \sum f(x)^2`, whose second derivative is :math:`f'^2 + f f''`;
+# - **after a ReLU**: the loss :math:`\sum \mathrm{relu}(f(x))`, whose incoming gradient
+#   :math:`[f(x) > 0]` depends on ``x`` through a step with derivative zero, and whose second
+#   derivative is :math:`[f > 0]\, f''`.
+#
+# ``symptom`` prints each next to the native op's answer. SILENTLY ZERO is a wrong answer that
+# is exactly zero. NO PATH TO x means the gradient has no path back to ``x`` at all: asked
+# alone, :func:`torch.autograd.grad` then raises, but in a loss with other terms that reach
+# ``x`` (any model has them) the Function's share silently counts as 0.
 #
 # .. literalinclude:: /../src/double_backward/functions/failures.py
 #    :pyobject: second_derivative
@@ -84,7 +86,8 @@ symptom(SinhBad.apply, torch.sinh)
 # :math:`\cosh^2 x` instead of :math:`\cosh 2x`, with no error. After a ReLU, ``grad_out``
 # is ReLU's 0/1 step, whose derivative is zero: the only path left gives exactly 0 instead of
 # :math:`[\sinh x > 0] \sinh x`, again with no error. **Fix:** return them as extra
-# outputs and save them with ``save_for_backward``: :doc:`plot_03_saving_intermediates`.
+# outputs and save them with ``save_for_backward``:
+# :doc:`/auto_examples/tutorial/plot_03_saving_intermediates`.
 #
 # 2. ``save_for_backward`` on an intermediate that is not an output
 # -----------------------------------------------------------------
@@ -97,7 +100,8 @@ symptom(SinhSavesIntermediate.apply, torch.sinh)
 # %%
 # **Why:** ``save_for_backward`` keeps history only for inputs and outputs; an intermediate
 # comes back just as it was made, without a ``grad_fn``. **Fix:** make it an output
-# (:doc:`plot_03_saving_intermediates`), or recompute it in backward from the saved input.
+# (:doc:`/auto_examples/tutorial/plot_03_saving_intermediates`), or recompute it in backward from
+# the saved input.
 #
 # 3. Extra outputs marked non-differentiable
 # ------------------------------------------
@@ -121,7 +125,7 @@ symptom(SinhNonDifferentiableExtras.apply, torch.sinh)
 # %%
 # **Why:** an output marked non-differentiable has no ``grad_fn``; saved, it comes back
 # without history. **Fix:** do not mark outputs that backward differentiates through:
-# :doc:`plot_03_saving_intermediates`.
+# :doc:`/auto_examples/tutorial/plot_03_saving_intermediates`.
 #
 # 4. Gradients of the extra outputs dropped
 # -----------------------------------------
@@ -138,7 +142,7 @@ symptom(sinh_drops_extra_grads, torch.sinh)
 # errors. But the second backward arrives *at those outputs*, and a backward that ignores
 # their gradients returns zero. **Fix:** add ``grad_half_exp_x * half_exp_x`` and
 # ``- grad_half_exp_neg_x * half_exp_neg_x``, as :class:`~double_backward.Sinh` does:
-# :doc:`plot_03_saving_intermediates`.
+# :doc:`/auto_examples/tutorial/plot_03_saving_intermediates`.
 #
 # 5. Detaching inside backward
 # ----------------------------
@@ -150,7 +154,8 @@ symptom(SquareDetachesInBackward.apply, lambda t: t**2)
 
 # %%
 # **Why:** ``x.detach()`` is a tensor without history: it cuts the path from ``grad_x`` to
-# ``x``. **Fix:** use the saved tensor as it is: :doc:`plot_01_saving_inputs`.
+# ``x``. **Fix:** use the saved tensor as it is:
+# :doc:`/auto_examples/tutorial/plot_01_saving_inputs`.
 #
 # 6. ``@once_differentiable``, asked with ``torch.autograd.grad``
 # ----------------------------------------------------------------
@@ -169,7 +174,8 @@ symptom(SquareOnceDifferentiable.apply, lambda t: t**2)
 # ``x`` never does: alone it raises autograd's own error (the gradient does not require grad,
 # or ``x`` was not used), and beside other terms of the loss the Function's share is silently
 # missing. **Fix:** write a differentiable backward; where you cannot, check that the
-# second derivative raises in the way your code takes it (:doc:`plot_08_higher_orders` shows
+# second derivative raises in the way your code takes it
+# (:doc:`/auto_examples/writing/plot_08_higher_orders` shows
 # both ways).
 #
 # 7. The old style under ``torch.func``
@@ -185,7 +191,8 @@ except RuntimeError as error:
 
 # %%
 # **Why:** :mod:`torch.func` needs ``ctx`` to be filled outside ``forward``. **Fix:** the
-# ``setup_context`` style, plus ``jvp`` for forward mode: :doc:`plot_06_modern_api`.
+# ``setup_context`` style, plus ``jvp`` for forward mode:
+# :doc:`/auto_examples/writing/plot_06_modern_api`.
 #
 # 8. A built-in op without double backward
 # -----------------------------------------
@@ -203,6 +210,19 @@ try:
     torch.autograd.grad(grad_query.sum(), query)
 except RuntimeError as error:
     print(f"LOUD ERROR  RuntimeError: {error}")
+
+# %%
+# The graph of ``grad_query``: its ``NotImplemented`` node stands for the derivative that the
+# fused kernel's backward lacks.
+from double_backward.graph import autograd_graph
+
+attention = F.scaled_dot_product_attention(query, query, query)
+(grad_query,) = torch.autograd.grad(attention.sum(), query, create_graph=True)
+autograd_graph(
+    {"grad_query": grad_query},
+    {"query": query},
+    title="Graph of grad_query through the fused attention kernel's backward",
+)
 
 # %%
 # **Why:** the fused CPU kernel's backward is a single op with no derivative formula.
@@ -250,7 +270,8 @@ for dropout, train in ((0.1, True), (0.0, True), (0.1, False)):
         print(f"{label:28} LOUD ERROR  RuntimeError: {str(error).splitlines()[0]}")
 
 # %%
-# Attention is not the only one: :doc:`plot_14_builtins_without_double_backward` finds such
+# Attention is not the only one:
+# :doc:`/auto_examples/builtins_and_models/plot_14_builtins_without_double_backward` finds such
 # built-ins inside a model with :func:`double_backward.check_model`, and the
 # :doc:`table of built-ins </builtins>` lists every op that raises with the installed torch.
 
@@ -268,4 +289,4 @@ print(check(sinh_drops_extra_grads, x))
 # Only :func:`~torch.autograd.gradgradcheck` (or a second derivative compared with a known
 # value) catches these. The :doc:`error-message index </errors>` lists the messages above and
 # where each is explained. Next, when the op without a double backward is a built-in inside
-# your model: :doc:`plot_14_builtins_without_double_backward`.
+# your model: :doc:`/auto_examples/builtins_and_models/plot_14_builtins_without_double_backward`.

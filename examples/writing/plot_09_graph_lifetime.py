@@ -27,6 +27,18 @@ print(f"H v          : {hvp.numpy().round(4)}")
 print(f"e^x * v      : {(torch.exp(x) * v).detach().numpy().round(4)}")
 
 # %%
+# The graph every product on this page runs through, ``grad_x``'s, drawn from a fresh
+# ``grad_x``: the product above freed the first one's saved tensors.
+from double_backward.graph import autograd_graph
+
+(fresh_grad_x,) = torch.autograd.grad(Exp.apply(x).sum(), x, create_graph=True)
+autograd_graph(
+    {"grad_x": fresh_grad_x},
+    {"x": x},
+    title="Graph of grad_x for Exp, which every Hessian-vector product here differentiates",
+)
+
+# %%
 # A second product on the same gradient
 # -------------------------------------
 # A Newton or conjugate-gradient solver asks for many products from one ``grad_x``. The second
@@ -269,5 +281,7 @@ for label, fn in [
 # ``use_reentrant=False``. Each gradient made with ``create_graph=True`` keeps its graph's saved
 # tensors alive for as long as you hold it.
 #
-# Next: what happens to saved tensors edited in place, in :doc:`plot_10_inplace_and_views`, and
-# how the applications hold their graphs, in :doc:`plot_15_applications`.
+# Next: what happens to saved tensors edited in place, in
+# :doc:`/auto_examples/writing/plot_10_inplace_and_views`, and
+# how the applications hold their graphs, in
+# :doc:`/auto_examples/builtins_and_models/plot_15_applications`.

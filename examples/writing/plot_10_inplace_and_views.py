@@ -67,6 +67,17 @@ print(f"gradcheck passed: {gradcheck(exp_inplace, (x,))}")
 print(f"gradgradcheck passed: {gradgradcheck(exp_inplace, (x,))}")
 
 # %%
+# The graph of ``grad_x`` through the in-place Function, back to ``x`` through the clone.
+from double_backward.graph import autograd_graph
+
+(grad_x,) = torch.autograd.grad(exp_inplace(x).sum(), x, create_graph=True)
+autograd_graph(
+    {"grad_x": grad_x},
+    {"x": x},
+    title="Graph of grad_x through ExpInplace on a clone of x",
+)
+
+# %%
 # Saving a copy of the input from before the edit (broken on purpose)
 # -------------------------------------------------------------------
 # Another way to keep what backward needs: copy ``x`` before overwriting it.
@@ -75,7 +86,8 @@ print(f"gradgradcheck passed: {gradgradcheck(exp_inplace, (x,))}")
 #    :pyobject: ExpInplaceSavesInputCopy
 #
 # The copy is made inside forward, where nothing is recorded: it is an intermediate with no
-# history, the trap of :doc:`plot_03_saving_intermediates`. The first derivative is right;
+# history, the trap of :doc:`/auto_examples/tutorial/plot_03_saving_intermediates`. The first
+# derivative is right;
 # the second misses the term through ``x``.
 from torch.autograd.gradcheck import GradcheckError
 
@@ -256,4 +268,5 @@ print(f"native x**2       : {penalty_gradient(lambda h: h**2).numpy()}")
 # nobody may edit either tensor in place. Never edit ``grad_out``: compute out of place.
 # ``gradcheck`` and ``gradgradcheck`` in float64 catch each of these.
 #
-# Next: when the inputs are complex or in low precision, in :doc:`plot_11_dtypes`.
+# Next: when the inputs are complex or in low precision, in
+# :doc:`/auto_examples/writing/plot_11_dtypes`.

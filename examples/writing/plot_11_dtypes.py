@@ -87,6 +87,17 @@ for label, square in [
     print(f"{label:13}: second order {(grad2_z.resolve_conj() + 0).numpy()}")
 
 # %%
+# The graph of the last ``grad_z`` (native ``z * z``): the ``conj`` is a node of its own.
+from double_backward.graph import autograd_graph
+
+(grad_z,) = torch.autograd.grad(z * z, z, v, create_graph=True)
+autograd_graph(
+    {"grad_z": grad_z},
+    {"z": z},
+    title="Graph of grad_z for native z * z on complex input",
+)
+
+# %%
 # The real-valued Functions refuse complex input
 # ----------------------------------------------
 # The package's other Functions implement real derivatives only, so they say so rather than
@@ -253,4 +264,4 @@ print(f"bfloat16 eps: {torch.finfo(torch.bfloat16).eps:.1e}")
 # with ``custom_fwd`` and ``custom_bwd``.
 #
 # Next: backwards that are deliberately *not* the derivative, in
-# :doc:`plot_12_surrogate_gradients`.
+# :doc:`/auto_examples/writing/plot_12_surrogate_gradients`.

@@ -116,7 +116,7 @@ for create_graph in (False, True):
 # With ``create_graph=True`` the gradient has a graph when the tensors backward computes it
 # from are tracked. It is *right* only when it depends on the input through tracked tensors by
 # the right formula: a gradient whose only path to ``x`` is the incoming gradient has a graph
-# too, and is silently wrong (:doc:`plot_03_saving_intermediates`). Here
+# too, and is silently wrong (:doc:`/auto_examples/tutorial/plot_03_saving_intermediates`). Here
 # ``grad_x = grad_out * 2 * x`` uses the saved input ``x``, so the second derivative comes out
 # right: :math:`\frac{d^2}{dx^2} x^2 = 2`.
 (grad_x,) = torch.autograd.grad(Probe.apply(x), x, create_graph=True)

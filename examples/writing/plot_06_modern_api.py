@@ -15,7 +15,7 @@ native op.
 # %%
 # The two styles side by side
 # ---------------------------
-# The old style, from :doc:`plot_01_saving_inputs`:
+# The old style, from :doc:`/auto_examples/tutorial/plot_01_saving_inputs`:
 #
 # .. literalinclude:: /../src/double_backward/functions/saving_inputs.py
 #    :pyobject: Square
@@ -101,13 +101,15 @@ print(f"jvp on both (modern Cube):      diagonal {both.numpy().round(4)}  (6x)")
 # A ``jvp`` stops ``torch.compile``
 # ---------------------------------
 # Dynamo refuses to trace a Function that defines ``jvp`` when an input requires grad, as in
-# training. With ``fullgraph=True`` that is an error; without it the Function runs eagerly at a
-# graph break (:doc:`plot_19_torch_compile`). Both Functions with a ``jvp`` here, ``Square``
-# and ``Cube``, compiled with ``backend="aot_eager"`` and ``fullgraph=True``: they compile only
-# while no input requires grad, and then there is no gradient to take. The build fails if a
-# torch release compiles them with an input that requires grad, and the gradients are then
-# compared with the eager ones. So give a Function a ``jvp`` when forward mode or ``hessian``
-# will use it, not by default.
+# training. With ``fullgraph=True`` that is an error; without it the Function runs eagerly at
+# a graph break (:doc:`/auto_examples/beyond_python/plot_19_torch_compile`).
+#
+# Below, both Functions with a ``jvp`` here, ``Square`` and ``Cube``, are compiled with
+# ``backend="aot_eager"`` and ``fullgraph=True``: they compile only while no input requires
+# grad, and then there is no gradient to take. The build fails if a torch release compiles
+# them with an input that requires grad, and the gradients are then compared with the eager
+# ones. So give a Function a ``jvp`` when forward mode or ``hessian`` will use it, not by
+# default.
 for function in (modern.Square, modern.Cube):
     for requires_grad in (False, True):
         torch._dynamo.reset()
@@ -178,10 +180,23 @@ print(f"reverse over reverse: {reverse_over_reverse.numpy().round(6)}")
 torch.testing.assert_close(forward_over_reverse, reverse_over_reverse)
 
 # %%
+# The graph of ``grad_f``, the gradient that the reverse-over-reverse product differentiated:
+# a graph back to ``x``, recorded because ``create_graph=True``.
+from double_backward.graph import autograd_graph
+
+# (Drawn from a fresh grad_f: the product above freed the first one's saved tensors.)
+(grad_f,) = torch.autograd.grad(f(x_leaf), x_leaf, create_graph=True)
+autograd_graph(
+    {"grad_f": grad_f},
+    {"x": x_leaf},
+    title="Graph of grad_f for the setup_context Cube, back to x",
+)
+
+# %%
 # Takeaway
 # --------
 # Write new Functions in the ``setup_context`` style, give them a ``jvp`` when forward mode
 # may be used (and to every Function their backward calls; not where ``torch.compile`` must
 # trace them), and a vmap rule (generated for torch operations, hand-written otherwise).
 # :func:`double_backward.check` reports which transforms a Function supports. Next:
-# :doc:`plot_07_deriving_double_backward`, for ops that are not elementwise.
+# :doc:`/auto_examples/writing/plot_07_deriving_double_backward`, for ops that are not elementwise.

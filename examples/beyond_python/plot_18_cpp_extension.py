@@ -4,8 +4,9 @@ When backward is a C++ kernel
 
 The tutorial's fourth case stands in NumPy for "a C++ extension". This page is the real thing:
 a C++ extension, built when the page runs, whose backward is a hand-written loop that autograd
-cannot see. The fix is the same as in :doc:`plot_04_untracked_backward`, written in C++: wrap the
-backward kernel in a ``torch::autograd::Function`` of its own and give it a backward in ATen ops.
+cannot see. The fix is the same as in :doc:`/auto_examples/tutorial/plot_04_untracked_backward`,
+written in C++: wrap the backward kernel in a ``torch::autograd::Function`` of its own and
+give it a backward in ATen ops.
 
 Two versions of :math:`y = x^3` share the same two kernels: ``cube_untracked``, whose backward
 calls the kernel directly (first order only), and ``cube``, whose backward calls a second C++
@@ -31,10 +32,8 @@ downloads check for the compiler and the headers before anything else.
 # ----------------------
 # :func:`~double_backward.functions.cpp_extension.load_extension` compiles ``cube.cpp`` with
 # :func:`torch.utils.cpp_extension.load` the first time it runs on a machine, into a cache
-# outside the site (``~/.cache/double_backward``, or ``$DOUBLE_BACKWARD_CACHE_DIR``), keyed by
-# the source, the torch version and the Python ABI. Later runs, like this page's rebuilds and the
-# test suite, import the compiled library from there. (Whether this build compiled it or found
-# it cached is left unsaid, so that the page reads the same either way.)
+# keyed by the source, the torch version and the Python ABI. Later runs import the compiled
+# library from there.
 from double_backward.functions.cpp_extension import load_extension
 
 build = load_extension()
@@ -124,8 +123,9 @@ for order, ours, native in [
 # -----------------------
 # ``grad_x`` is the output of the C++ node ``CppNode<CubeBackward>``, which leads back to ``x``.
 # (torchviz would label every C++ node ``CppFunction``; the graph helper uses their C++ names.
-# Colours: :doc:`plot_00_grad_mode_rules`. ``retain_graph=True`` above kept the saved tensors
-# it shows: :doc:`plot_09_graph_lifetime`.)
+# Colours: :doc:`/auto_examples/tutorial/plot_00_grad_mode_rules`. ``retain_graph=True`` above kept
+# the saved tensors
+# it shows: :doc:`/auto_examples/writing/plot_09_graph_lifetime`.)
 from double_backward.graph import autograd_graph
 
 # sphinx_gallery_thumbnail_number = 1
@@ -180,7 +180,7 @@ for function in (cube, cube_untracked):
 # A C++ ``torch::autograd::Function`` works with ``torch.autograd``, but not with the
 # :mod:`torch.func` transforms (``grad``, ``vmap``, ``jacrev``, ``hessian``). For those, call
 # the kernels from a Python Function in the ``setup_context`` style, with the rules
-# :doc:`plot_06_modern_api` shows.
+# :doc:`/auto_examples/writing/plot_06_modern_api` shows.
 try:
     torch.func.grad(lambda t: cube(t).sum())(x.detach())
 except RuntimeError as error:
@@ -192,6 +192,7 @@ except RuntimeError as error:
 # A C++ kernel is invisible to autograd exactly like NumPy is. Call it from a
 # ``torch::autograd::Function`` of its own whose backward is written in ATen ops, and call that
 # Function's ``apply`` from the outer backward: then second, third and higher derivatives work,
-# in C++ as in Python (:doc:`plot_04_untracked_backward`). Check both orders with
+# in C++ as in Python (:doc:`/auto_examples/tutorial/plot_04_untracked_backward`). Check both orders
+# with
 # :func:`~torch.autograd.gradgradcheck` or :func:`double_backward.check`, as for any Function.
-# Next, compiling: :doc:`plot_19_torch_compile`.
+# Next, compiling: :doc:`/auto_examples/beyond_python/plot_19_torch_compile`.

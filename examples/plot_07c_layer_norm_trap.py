@@ -54,13 +54,11 @@ It applies the method of :doc:`plot_07_deriving_double_backward`: backward is a 
 # The trap: saving the statistics, as fused kernels do
 # ----------------------------------------------------
 # Fused LayerNorm kernels compute :math:`\mu` and :math:`r` in forward and save them for
-# backward (apex's ``FusedLayerNormAffineFunction`` saves ``input, weight, bias, mean,
-# invvar``). Apex's backward is itself one unrecorded CUDA kernel (``backward_affine``), so it
-# has no double backward at all; port such a backward to torch operations on the saved
-# statistics and you get this trap. In a custom Function, forward is not recorded: the saved
-# statistics have no history. The input is saved too and is tracked, so nothing errors: the
-# Hessian is silently missing every term through :math:`\partial\mu/\partial x` and
-# :math:`\partial r/\partial x`.
+# backward; apex's ``FusedLayerNormAffineFunction`` saves ``input, weight, bias, mean, invvar``.
+# Port such a backward to torch operations on the saved statistics and you get this trap. In a
+# custom Function forward is not recorded, so the saved statistics have no history. The input
+# is tracked, so nothing errors: the Hessian silently misses every term through
+# :math:`\partial\mu/\partial x` and :math:`\partial r/\partial x`.
 #
 # .. literalinclude:: /../src/double_backward/functions/failures.py
 #    :pyobject: LayerNormSavesStatistics
@@ -131,10 +129,10 @@ for width in (16, 64, 256, 1024):
 import matplotlib.pyplot as plt
 
 # sphinx_gallery_thumbnail_number = 1
-figure, axes = plt.subplots(figsize=(5, 3), layout="constrained")
+figure, axes = plt.subplots(figsize=(6, 3), layout="constrained")
 axes.plot(list(medians), [100 * m for m in medians.values()], marker="o")
 axes.set(xscale="log", xlabel="row width N", ylabel="median relative error (%)",
-         title="The trap's Hessian-vector product against F.layer_norm", ylim=(0, None))
+         title="The trap's Hessian-vector product", ylim=(0, None))
 plt.show()
 
 # %%
@@ -177,11 +175,10 @@ for name, norm in (("the trap", layer_norm_saves_statistics), ("LayerNorm", laye
 # %%
 # The checker names the cause
 # ---------------------------
-# :func:`double_backward.check` sees the failing second derivative and, reading the graph,
-# names the statistics saved without history, saved tensors #2 and #3. The weight is saved
-# without history too (a constant here, closed over by the lambda), but it is the same
-# tensor whatever the input, so its derivative is zero and returning it as an output would
-# change nothing: the checker does not name it.
+# :func:`double_backward.check` sees the failing second derivative. Reading the graph, it names
+# the statistics saved without history: saved tensors #2 and #3. The weight is saved without
+# history too, but it is a constant here, the same tensor whatever the input, so the checker
+# does not name it.
 import double_backward
 
 weight6 = torch.randn(6, dtype=torch.float64)
@@ -192,22 +189,23 @@ print(double_backward.check(lambda t: layer_norm_saves_statistics(t, (6,), weigh
 # The fix, two ways
 # -----------------
 # **Recompute.** Save only the inputs, and compute :math:`\mu` and :math:`r` again in backward
-# from the tracked :math:`x`: under ``create_graph=True`` that recomputation is recorded, so the
-# graph knows they depend on :math:`x`. One mean and one variance more per backward, nothing
-# extra kept.
+# from the tracked :math:`x`. Under ``create_graph=True`` that recomputation is recorded, so the
+# graph knows they depend on :math:`x`. It costs one mean and one variance more per backward,
+# and keeps nothing extra.
 #
 # .. literalinclude:: /../src/double_backward/functions/layer_norm.py
 #    :pyobject: LayerNorm
-#
-# **Return them as outputs.** As ``Sinh`` does its exponentials
-# (:doc:`plot_03_saving_intermediates`): outputs are tracked, and when the second backward
+
+# %%
+# **Return them as outputs**, as ``Sinh`` does its exponentials
+# (:doc:`plot_03_saving_intermediates`). Outputs are tracked: when the second backward
 # differentiates :math:`\bar{x}` with respect to them, their gradients come back into backward,
-# which adds
-# :math:`\bar{\mu}/N - \bar{r}\, r^3 (x - \mu)/N`.
+# which adds :math:`\bar{\mu}/N - \bar{r}\, r^3 (x - \mu)/N`.
 #
 # .. literalinclude:: /../src/double_backward/functions/layer_norm.py
 #    :pyobject: LayerNormWithStatistics
-#
+
+# %%
 # Both, against the same native Hessian-vector products as the trap above:
 for name, norm in (("LayerNorm", layer_norm),
                    ("LayerNormWithStatistics", layer_norm_with_statistics)):

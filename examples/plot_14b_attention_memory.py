@@ -66,7 +66,7 @@ axes.bar([p - 0.2 for p in positions], [m / 2**20 for m, _ in extra.values()], 0
 axes.bar([p + 0.2 for p in positions], [o / 2**20 for _, o in extra.values()], 0.4,
          label="ops.scaled_dot_product_attention")
 axes.set_xticks(list(positions), [f"L = {length}" for length in extra])
-axes.set(yscale="log", ylabel="MiB kept for backward")
+axes.set(yscale="log", ylabel="MiB kept for backward", ylim=(None, 2e4))
 axes.legend()
 plt.show()
 

@@ -185,15 +185,15 @@ except AssertionError as error:
 # %%
 # From the command line
 # ---------------------
-# ``python -m double_backward.checker module:Function`` checks a Function on random inputs:
-# ``--shape`` for each input, ``--domain positive|complex|...`` or ``--range low,high`` for
-# where they lie, ``--arg``, ``--arg-int-tensor 0,2,1`` and ``--kwarg name=value`` for extra
-# arguments (or ``--setup module:function`` returning them), ``--surrogate-gradient``,
-# ``--json`` for CI. It exits 0 when no problem is found, 1 when one is, 2 for a usage error
-# or a Function that cannot be called. The same, run in this page on the tutorial's broken
+# ``python -m double_backward.checker module:Function`` checks a Function on random inputs.
+# ``--shape`` gives each input's shape, and ``--domain positive|complex|...`` or ``--range
+# low,high`` where they lie; ``--json`` prints the report for CI. It exits 0 when no problem is
+# found, 1 when one is, and 2 for a usage error. The same, run here on the tutorial's broken
 # ``SinhBad``:
 from double_backward.checker import main
 
+# Also: --arg, --arg-int-tensor 0,2,1, --kwarg name=value, --setup module:function and
+# --surrogate-gradient; python -m double_backward.checker --help lists them all.
 status = main(["double_backward:SinhBad", "--shape", "2,3", "--domain", "positive"])
 print(f"exit status: {status}")
 

@@ -129,8 +129,9 @@ import matplotlib.pyplot as plt
 
 # sphinx_gallery_thumbnail_number = 1
 figure, axes = plt.subplots(figsize=(4.5, 3), layout="constrained")
-axes.bar(["fast mode, 100 x 100\n(40 draws)", "full mode, 4 x 5"],
-         [passed / 40, float(full)], color=["tab:orange", "tab:blue"])
+bars = axes.bar(["fast mode, 100 x 100\n(40 draws)", "full mode, 4 x 5"],
+                [passed / 40, float(full)], color=["tab:orange", "tab:blue"])
+axes.bar_label(bars, fmt="%.2f")
 axes.set(ylabel="share of draws passed", ylim=(0, 1),
          title="gradgradcheck on the broken RMSNorm")
 plt.show()

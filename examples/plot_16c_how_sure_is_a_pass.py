@@ -96,6 +96,7 @@ for axes, (k, (count, trials, bound)) in zip(panels, measured.items(), strict=Tr
     spread = (bound * (1 - bound / trials)) ** 0.5
     axes.bar(["measured", "bound"], [count, bound], yerr=[0, spread], capsize=4,
              color=["tab:blue", "tab:gray"])
+    axes.set_ylim(bottom=0)
     axes.set(title=f"{k} direction{'s' if k > 1 else ''}, {trials} checks",
              ylabel="checks that missed")
 figure.suptitle("A 5% error in the Hessian, at 1,000 elements")

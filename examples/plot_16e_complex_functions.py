@@ -70,7 +70,7 @@ for fn, colour, label in ((ComplexSquare, "tab:blue", "ComplexSquare"),
                 angles="xy", scale_units="xy", scale=4, label=label)
 axes.scatter(points.real, points.imag, color="black", zorder=3)
 axes.set(xlim=(-1.5, 2), ylim=(-1.5, 1.8), xlabel="Re z", ylabel="Im z", aspect="equal")
-axes.legend(loc="upper left")
+axes.legend(loc="lower left")
 plt.show()
 
 # %%

@@ -49,10 +49,9 @@ for name, native in natives.items():
 # Saving an input the caller drops
 # --------------------------------
 # An input costs nothing extra only while the caller holds it. In ``y = f(g(x))`` the caller
-# keeps ``x`` and ``y``, not ``g(x)``: if ``f`` saves its input, the graph keeps ``g(x)`` alive
-# until backward, where it would have been freed at once. Here ``g(x) = 2x`` saves nothing,
-# and the count is the bytes of the tensors the graph saved that the caller does not hold
-# (counted as above, per storage: exact, the same on every machine).
+# keeps ``x`` and ``y``, not ``g(x)``. If ``f`` saves its input, the graph keeps ``g(x)`` alive
+# until backward, where it would have been freed at once. Below, ``g(x) = 2x``, and the count is
+# the bytes the graph saved that the caller does not hold.
 from double_backward import Exp, Square
 
 

@@ -121,7 +121,8 @@ axes.bar([p - 0.2 for p in positions], [c[0] for c in counts.values()], 0.4,
 axes.bar([p + 0.2 for p in positions], [c[1] for c in counts.values()], 0.4,
          label="grad_out requiring grad")
 axes.set_xticks(list(positions), list(counts))
-axes.set(ylabel="kernels in the second backward")
+axes.set(ylabel="kernels in the second backward",
+         ylim=(0, 1.4 * max(max(c) for c in counts.values())))
 axes.legend()
 plt.show()
 

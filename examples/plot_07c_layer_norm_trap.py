@@ -13,6 +13,7 @@ It applies the method of :doc:`plot_07_deriving_double_backward`: backward is a 
 :math:`g` to depend on :math:`x` in the graph.
 """
 
+# %%
 # LayerNorm, worked out
 # ---------------------
 # LayerNorm normalises over the last dimensions (:math:`N` elements per row) and scales and

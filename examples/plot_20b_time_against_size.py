@@ -39,8 +39,8 @@ print(f"{settings['dtype']}, {settings['threads']} thread, "
 # Double backward, custom / native, at each size: below the dotted line the custom Function is
 # the faster. The band spans the middle half of the rounds. At small sizes every call is mostly
 # Python and dispatch, where a custom Function pays for ``apply``; from about 1e5 elements the
-# kernels and their memory traffic decide. (The ``setup_context`` versions are on the next
-# pages.)
+# kernels and their memory traffic decide. (``Square`` and ``Cube`` in the ``setup_context``
+# style are on the next page.)
 import matplotlib.pyplot as plt
 
 from double_backward.cost_plots import time_against_size_figure

@@ -55,17 +55,21 @@ for data in probed[-1:]:
             print(f"  {cell.split(' | ')[2]}: {kernel}")
 
 # %%
-# Which kernel the default picks is not fixed by the dtype alone: torch chooses among the fused
+# Why a run records its kernels
+# ------------------------------
+# The dtype alone does not fix which kernel the default picks. torch chooses among the fused
 # kernels by the GPU's generation and the cuDNN version, so a run records its choice (the
-# autograd node of the output) beside those versions, and a run on another GPU or cuDNN may
-# choose another. The runs come from the torch release printed above, which can be older than
-# the floor the package requires.
-#
-# The fixes, one per kernel: attention under ``sdpa_kernel(SDPBackend.MATH)`` (it keeps the
-# L × S attention matrix) or :func:`double_backward.ops.scaled_dot_product_attention`; an RNN's
+# autograd node of the output) beside those versions. The runs come from the torch release
+# printed above, which can be older than the floor the package requires.
+
+# %%
+# The fixes, one per kernel
+# -------------------------
+# Attention: run it under ``sdpa_kernel(SDPBackend.MATH)``, which keeps the L × S attention
+# matrix, or call :func:`double_backward.ops.scaled_dot_product_attention`. An RNN: run its
 # forward under ``torch.backends.cudnn.flags(enabled=False)``, which makes it take the native
-# CUDA kernels. :doc:`/builtins` has them in its CUDA column once a GPU run is recorded, and
-# :func:`~double_backward.check_model` names them when it finds these kernels in a model.
+# CUDA kernels. :func:`~double_backward.check_model` names these kernels when it finds them in a
+# model.
 
 # %%
 # A model with both: the gradient penalty without the fix
@@ -177,15 +181,19 @@ except RuntimeError as error:
 # %%
 # What the replacement attention costs on a GPU
 # ---------------------------------------------
-# :func:`~double_backward.ops.scaled_dot_product_attention` keeps one logsumexp per query instead
-# of the L × S attention matrix, and computes the scores a block of queries at a time. Blocks of
-# 2\ :sup:`20` scores, tuned on a CPU, left a GPU idle between small kernels; blocks of
-# 2\ :sup:`27` met the targets (against MATH: penalty time at most 0.7×, penalty peak memory
-# at most 0.3×, forward + backward at most 0.6×, in bfloat16). The figures below were measured
-# before two changes that followed them. The block size is now chosen per device
-# (:func:`~double_backward.ops.block_elements`: 2\ :sup:`27` on CUDA, fewer where a quarter of
-# the free memory cannot hold three blocks). Half-precision inputs now keep their scores,
-# softmax statistics and sums in float32, as fused kernels do.
+# :func:`~double_backward.ops.scaled_dot_product_attention` keeps one logsumexp per query
+# instead of the L × S attention matrix, and computes the scores a block of queries at a time.
+# Blocks of 2\ :sup:`20` scores, tuned on a CPU, left a GPU idle between small kernels. Blocks of
+# 2\ :sup:`27` met the targets against MATH in bfloat16: penalty time at most 0.7×, penalty
+# peak memory at most 0.3×, forward + backward at most 0.6×.
+
+# %%
+# Measured before two changes
+# ---------------------------
+# The block size is now chosen per device (:func:`~double_backward.ops.block_elements`:
+# 2\ :sup:`27` on CUDA, fewer where a quarter of the free memory cannot hold three blocks).
+# Half-precision inputs now keep their scores, softmax statistics and sums in float32, as fused
+# kernels do. The figures below were measured before both changes.
 #
 # The figures, from the newest run that has them:
 newest = [data for data in runs if "attention_cost" in data][-1]

@@ -228,15 +228,18 @@ for data in kept:
 # Conclusion
 # ----------
 # Under DDP, a step's gradients are all-reduced only when every parameter receives one in
-# the backward DDP watches. A gradient penalty on its own misses some (here the last bias),
-# so each rank trains on its own gradient, silently, for one step, then fails; DDP's options
-# do not change it. Add the penalty to a loss that uses every parameter (the critic loss,
-# or ``0 * out.sum()``), or average the gradients yourself with
-# :func:`~double_backward.distributed.synchronized_gradients`. Under FSDP2, the penalty
-# needs the unsharded weights after the first backward: keep them for the step with
-# ``synchronized_gradients``. To check your own model and penalty:
-# ``double_backward.check_distributed(make_model, penalty, inputs, world_size=2,
-# wrapper="ddp")``, with ``make_model`` and ``penalty`` defined in a module. For the model
-# alone in one process: :func:`double_backward.check_model`
+# the backward DDP watches. A gradient penalty on its own misses some (here the last bias), so
+# each rank trains on its own gradient for one step, silently, then fails. Add the penalty to a
+# loss that uses every parameter (the critic loss, or ``0 * out.sum()``), or average the
+# gradients with :func:`~double_backward.distributed.synchronized_gradients`.
+#
+# Under FSDP2, the penalty needs the unsharded weights after the first backward: keep them for
+# the step with ``synchronized_gradients``.
+#
+# Next
+# ----
+# To check your own model and penalty: ``double_backward.check_distributed(make_model, penalty,
+# inputs, world_size=2, wrapper="ddp")``, with ``make_model`` and ``penalty`` defined in a
+# module. For the model alone in one process: :func:`double_backward.check_model`
 # (:doc:`plot_14_builtins_without_double_backward`); the applications these penalties come
 # from: :doc:`plot_15_applications`.

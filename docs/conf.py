@@ -46,6 +46,7 @@ extensions = [
     "error_index",  # in _ext/: the error table, from messages raised at build time
     "compatibility_matrix",  # in _ext/: every Function under every transform, run at build time
     "builtins_table",  # in _ext/: built-ins whose double backward raises, per torch release
+    "cost_tables",  # in _ext/: the measured costs' reference tables, from the committed runs
 ]
 exclude_patterns = [
     "_build",

@@ -14,7 +14,7 @@ compares their time against the native ops and counts the bytes each keeps for b
 # on the machine printed below. Rows of 256 float32 elements, one thread, each Function and its
 # native op back to back in every round; each figure is the median of the per-round ratios
 # custom / native. *Double backward* is forward, a ``create_graph=True`` backward and a
-# Hessian-vector product with respect to every input.
+# Hessian-vector product with respect to every input. The same tables are on :doc:`/costs`.
 from double_backward.costs import load_measurements
 
 measured = load_measurements("softmax_layer_norm")

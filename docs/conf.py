@@ -50,6 +50,7 @@ extensions = [
     "builtins_table",  # in _ext/: built-ins whose double backward raises, per torch release
     "lesson_path",  # in _ext/: a "Next" link at the end of every lesson, in reading order
     "sphinx_reredirects",  # the pages' addresses from before the sections still work
+    "cost_tables",  # in _ext/: the measured costs' reference tables, from the committed runs
 ]
 exclude_patterns = [
     "_build",

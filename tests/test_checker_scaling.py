@@ -126,7 +126,7 @@ def test_the_planted_error_is_five_percent_of_the_hessian():
 
 
 def test_one_direction_misses_a_five_percent_error_about_as_often_as_derived():
-    # Derived on plot_16: P(miss) <= sqrt(2/pi) * tolerance / error = 0.016 per direction.
+    # Derived on plot_16c: P(miss) <= sqrt(2/pi) * tolerance / error = 0.016 per direction.
     # Over 300 trials that is 4.8 misses expected; 15 or more has probability < 1e-4.
     assert misses(directions=1, trials=300) < 15
 

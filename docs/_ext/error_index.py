@@ -546,6 +546,8 @@ SCENARIOS: list[tuple[str, Callable[[], None], str, str, str]] = [
 
 # Built-ins whose double backward raises: appended, one entry per message.
 _BUILTINS_PAGE = "auto_examples/builtins_and_models/plot_14_builtins_without_double_backward"
+# cdist's size trap and the table's rows run again (pdist, hardsigmoid, multi_margin_loss).
+_CDIST_PAGE = "auto_examples/builtins_and_models/plot_14c_cdist_size_trap"
 SCENARIOS += [
     ("Attention's CPU kernel has no double backward", _builtin_sdpa,
      "`F.scaled_dot_product_attention` (and `nn.MultiheadAttention`, "
@@ -558,15 +560,15 @@ SCENARIOS += [
      "`torch.cdist` with p = 2 when neither input has more than 25 rows (or any other p) "
      "uses a kernel whose backward, `_cdist_backward`, has no derivative.",
      '`compute_mode="use_mm_for_euclid_dist"` for p = 2, or `double_backward.ops.cdist`.',
-     _BUILTINS_PAGE),
+     _CDIST_PAGE),
     ("pdist has no double backward", _builtin_pdist,
      "`F.pdist`'s backward, `_pdist_backward`, has no derivative.",
      "`double_backward.ops.pdist`.",
-     _BUILTINS_PAGE),
+     _CDIST_PAGE),
     ("hardsigmoid's backward has no derivative", _builtin_hardsigmoid,
      "`F.hardsigmoid` (and `nn.Hardsigmoid`) under a gradient penalty.",
      "`F.relu6(x + 3) / 6` computes the same function with ops that have a double backward.",
-     _BUILTINS_PAGE),
+     _CDIST_PAGE),
     ("ctc_loss has no double backward", _builtin_ctc_loss,
      "`F.ctc_loss`'s backward, `_ctc_loss_backward`, has no derivative (pytorch#70108).",
      "No switch in torch: `double_backward.ops.ctc_loss` computes the loss as a log-space "
@@ -576,7 +578,7 @@ SCENARIOS += [
      "`F.multi_margin_loss` (and `multilabel_margin_loss`): their backward kernels have no "
      "derivative.",
      MULTI_MARGIN_FIX,
-     _BUILTINS_PAGE),
+     _CDIST_PAGE),
 ]  # fmt: skip
 
 

@@ -8,9 +8,9 @@ and cuDNN's RNNs. None of them has a double backward. This page shows which kern
 CUDA, the fix for each, what the replacement attention costs on a GPU, and the one line that
 swaps the replacements into a model you did not write: ``with double_backward.ops.replaced():``.
 
-This site is built on a CPU, so the CUDA results below are committed measurements, labelled
-with the GPU, the torch build and the date they come from; nothing here re-runs them. The
-context manager runs live, on the CPU, on a transformer and an LSTM; the same code runs on
+This site is built on a CPU, so the CUDA results below were measured once on a GPU, and are
+labelled with the GPU, the torch build and the date they come from; nothing here re-runs them.
+The context manager runs live, on the CPU, on a transformer and an LSTM; the same code runs on
 CUDA unchanged.
 """
 
@@ -18,28 +18,22 @@ CUDA unchanged.
 # Which kernels change on CUDA
 # ----------------------------
 # A gradient penalty (``torch.autograd.grad`` with ``create_graph=True``, then a second
-# backward) through each probe, on a GPU. The results are committed JSON, shipped with the
-# package as ``double_backward/measurements/cuda/torch-<release>.json``;
-# ``nox -s matrix -- --device cuda`` writes the file on a machine with a GPU, each cell what
-# that run raised, word for word. Nothing here runs on a GPU, and a cell no run produced is
-# not shown.
-import json
+# backward) through each probe, on a GPU. The results come with the package, one run per torch
+# release, each cell what that run raised, word for word. Nothing here runs on a GPU, and a cell
+# no run produced is not shown.
+# sphinx_gallery_thumbnail_number = 1
 import textwrap
 from importlib.metadata import requires
-from importlib.resources import files
 
-CUDA_DATA = files("double_backward") / "measurements" / "cuda"
-committed = sorted(
-    (json.loads(path.read_text(encoding="utf-8")) for path in CUDA_DATA.iterdir()
-     if path.name.startswith("torch-") and path.name.endswith(".json")),
-    key=lambda data: tuple(int(part) for part in data["torch"].split(".")),
-)
+from double_backward.costs import load_cuda_measurements
+
+runs = load_cuda_measurements()
 floor = next(r for r in requires("double_backward") if r.replace(" ", "").startswith("torch"))
-probed = [data for data in committed if data["results"]]
+probed = [data for data in runs if data["results"]]
 if not probed:
-    print("No run of the CUDA probes is committed.")
-    print(f"newest file: torch {committed[-1]['torch']}; this package requires {floor}")
-    print(textwrap.fill(committed[-1]["source"], width=80))
+    print("No GPU run of the probes is recorded yet.")
+    print(f"newest run: torch {runs[-1]['torch']}; this package requires {floor}")
+    print(textwrap.fill(runs[-1]["source"], width=80))
 for data in probed[-1:]:
     env = data["environment"]
     print(f"measured on {data['device']} (compute capability {env['compute_capability']}), "
@@ -61,17 +55,21 @@ for data in probed[-1:]:
             print(f"  {cell.split(' | ')[2]}: {kernel}")
 
 # %%
-# Which kernel the default picks is not fixed by the dtype alone: torch chooses among the fused
+# Why a run records its kernels
+# ------------------------------
+# The dtype alone does not fix which kernel the default picks. torch chooses among the fused
 # kernels by the GPU's generation and the cuDNN version, so a run records its choice (the
-# autograd node of the output) beside those versions, and a run on another GPU or cuDNN may
-# choose another. The committed files come from the torch release printed above, which can be
-# older than the floor the package requires.
-#
-# The fixes, one per kernel: attention under ``sdpa_kernel(SDPBackend.MATH)`` (it keeps the
-# L × S attention matrix) or :func:`double_backward.ops.scaled_dot_product_attention`; an RNN's
+# autograd node of the output) beside those versions. The runs come from the torch release
+# printed above, which can be older than the floor the package requires.
+
+# %%
+# The fixes, one per kernel
+# -------------------------
+# Attention: run it under ``sdpa_kernel(SDPBackend.MATH)``, which keeps the L × S attention
+# matrix, or call :func:`double_backward.ops.scaled_dot_product_attention`. An RNN: run its
 # forward under ``torch.backends.cudnn.flags(enabled=False)``, which makes it take the native
-# CUDA kernels. :doc:`/builtins` has them in its CUDA column once a run is committed, and
-# :func:`~double_backward.check_model` names them when it finds these kernels in a model.
+# CUDA kernels. :func:`~double_backward.check_model` names these kernels when it finds them in a
+# model.
 
 # %%
 # A model with both: the gradient penalty without the fix
@@ -183,36 +181,56 @@ except RuntimeError as error:
 # %%
 # What the replacement attention costs on a GPU
 # ---------------------------------------------
-# :func:`~double_backward.ops.scaled_dot_product_attention` keeps one logsumexp per query instead
-# of the L × S attention matrix, and computes the scores a block of queries at a time. Blocks of
-# 2\ :sup:`20` scores, tuned on a CPU, left a GPU idle between small kernels; blocks of
-# 2\ :sup:`27` met the targets (against MATH: penalty time at most 0.7×, penalty peak memory
-# at most 0.3×, forward + backward at most 0.6×, in bfloat16). These are the committed figures,
-# measured before two changes that followed them: the block size is now chosen per device
-# (:func:`~double_backward.ops.block_elements`: 2\ :sup:`27` on CUDA, fewer where a quarter of the
-# free memory cannot hold three blocks), and half-precision inputs keep their scores, softmax
-# statistics and sums in float32, as fused kernels do. ``nox -s bench_functions -- --device
-# cuda`` measures the package as it is now, side by side with the targets.
+# :func:`~double_backward.ops.scaled_dot_product_attention` keeps one logsumexp per query
+# instead of the L × S attention matrix, and computes the scores a block of queries at a time.
+# Blocks of 2\ :sup:`20` scores, tuned on a CPU, left a GPU idle between small kernels. Blocks of
+# 2\ :sup:`27` met the targets against MATH in bfloat16: penalty time at most 0.7×, penalty
+# peak memory at most 0.3×, forward + backward at most 0.6×.
+
+# %%
+# Measured before two changes
+# ---------------------------
+# The block size is now chosen per device (:func:`~double_backward.ops.block_elements`:
+# 2\ :sup:`27` on CUDA, fewer where a quarter of the free memory cannot hold three blocks).
+# Half-precision inputs now keep their scores, softmax statistics and sums in float32, as fused
+# kernels do. The figures below were measured before both changes.
 #
-# The committed figures, from the newest file that has them:
-newest = [data for data in committed if "attention_cost" in data][-1]
+# The figures, from the newest run that has them:
+newest = [data for data in runs if "attention_cost" in data][-1]
 print(textwrap.fill(newest["source"], width=80))
 cost = newest["attention_cost"]
 shape = cost["shape"]
 print(f"B={shape['batch']}, H={shape['heads']}, L={shape['length']}, d={shape['features']}, "
       f"{newest['device']}, torch {newest['torch_build']}, {newest['measured']} "
       f"(this package requires {floor})")
-print(f"{'dtype':<10}{'kernel':<24}{'fwd+bwd':>10}{'penalty':>10}{'peak memory':>13}")
+print(f"{'dtype':<10}{'kernel':<24}{'fwd+bwd':>10}{'penalty':>10}")
 for row in cost["rows"]:
-    forward, penalty, peak = (row["forward_backward_ms"], row["gradient_penalty_ms"],
-                              row["penalty_peak_gb"])
-    print(f"{row['dtype']:<10}{row['kernel']:<24}{forward:>7g} ms"
-          + (f"{penalty:>7g} ms" if penalty is not None else f"{'raises':>10}")
-          + (f"{peak:>10g} GB" if peak is not None else f"{'-':>13}"))
+    penalty = row["gradient_penalty_ms"]
+    print(f"{row['dtype']:<10}{row['kernel']:<24}{row['forward_backward_ms']:>7g} ms"
+          + (f"{penalty:>7g} ms" if penalty is not None else f"{'raises':>10}"))
+# Peak memory was measured for some rows only; the others are not shown.
+for row in cost["rows"]:
+    if row["penalty_peak_gb"] is not None:
+        print(f"penalty peak memory, {row['dtype']}, {row['kernel']}: "
+              f"{row['penalty_peak_gb']:g} GB")
 for row in cost["output_error_vs_float32"]:
     print(f"output error against float32, {row['dtype']}, {row['kernel']}: "
           f"{row['max_abs_error']}")
 print(cost["note"])
+
+# %%
+# The gradient penalty's time, drawn
+# ----------------------------------
+# The rows above whose penalty ran, on a log scale: the default kernel raises, and is left out.
+import matplotlib.pyplot as plt
+
+ran = [row for row in cost["rows"] if row["gradient_penalty_ms"] is not None]
+figure, axes = plt.subplots(figsize=(6, 0.4 * len(ran) + 1), layout="constrained")
+axes.barh([f"{row['kernel']}, {row['dtype']}" for row in ran],
+          [row["gradient_penalty_ms"] for row in ran])
+axes.invert_yaxis()
+axes.set(xscale="log", xlabel=f"gradient penalty, ms ({newest['device']})")
+plt.show()
 
 # %%
 # On this CPU the block is the one tuned here:
@@ -226,5 +244,6 @@ print(f"blocked loops on {device}: {ops.block_elements(device)} scores at a time
 # replacements of :mod:`double_backward.ops`, and ``with double_backward.ops.replaced():``
 # applies them to a model as it is. To find which layer of your own model breaks, run
 # :func:`~double_backward.check_model` on it (see
-# :doc:`plot_14_builtins_without_double_backward`); :doc:`/errors` lists the CUDA messages with
+# :doc:`/auto_examples/builtins_and_models/plot_14_builtins_without_double_backward`);
+# :doc:`/errors` lists the CUDA messages with
 # their fixes.

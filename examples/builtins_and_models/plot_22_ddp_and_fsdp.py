@@ -192,14 +192,9 @@ print(reports["fsdp_synchronized"])
 # %%
 # The results, per torch release
 # ------------------------------
-# Every row measured on this page, from the reports above, with the torch printed beside
-# them. The table is kept per release, as the :doc:`compatibility matrix </compatibility>`
-# is: ``nox -s matrix -- 2.14.1`` measures it on another release and commits it to
-# ``docs/_data/distributed/``. The build fails when the live table differs from the one
-# committed for the same release; the other releases' tables are compared with it below.
-import json
-from pathlib import Path
-
+# Every row measured on this page, from the reports above, with the torch release printed
+# beside them. The same table was measured on other torch releases too; the last lines say, for
+# each, whether its table is the same as this one.
 reports["r1_alone"] = r1_alone
 live = results.table(reports)
 release = torch.__version__.split("+")[0]
@@ -209,33 +204,43 @@ for label, wrapper, _ in results.ROWS:
     step_1, *rest = live[f"{label.strip()} ({wrapper})"]
     print(f"{label:33}{wrapper:6}{step_1:35}{rest[0] if rest else '-'}")
 
-# Committed in a clone of the repository (the build runs this page from examples/); a
-# downloaded notebook has none of them, and shows the live table only.
-committed = [
+# sphinx_gallery_start_ignore
+# The other releases' tables are kept with the site's sources, so this part runs in a build and
+# is left out of the page and its downloads. The build fails when the live table differs from
+# the one kept for the same release.
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+kept = [
     json.loads(path.read_text(encoding="utf-8"))
     for path in sorted(Path("..", "docs", "_data", "distributed").glob("torch-*.json"))
 ]
-for data in committed:
+for data in kept:
     same = data["results"] == live
     if data["torch"] == release:
-        assert same, f"the live table differs from the one committed for torch {release}"
+        assert same, f"the live table differs from the one kept for torch {release}"
     differing = [cell for cell in live if data["results"].get(cell) != live[cell]]
     print(f"torch {data['torch']} (measured {data['measured'][:10]}): "
           + ("the same table" if same else "differs in " + "; ".join(differing)))
+# sphinx_gallery_end_ignore
 
 # %%
 # Conclusion
 # ----------
 # Under DDP, a step's gradients are all-reduced only when every parameter receives one in
-# the backward DDP watches. A gradient penalty on its own misses some (here the last bias),
-# so each rank trains on its own gradient, silently, for one step, then fails; DDP's options
-# do not change it. Add the penalty to a loss that uses every parameter (the critic loss,
-# or ``0 * out.sum()``), or average the gradients yourself with
-# :func:`~double_backward.distributed.synchronized_gradients`. Under FSDP2, the penalty
-# needs the unsharded weights after the first backward: keep them for the step with
-# ``synchronized_gradients``. To check your own model and penalty:
-# ``double_backward.check_distributed(make_model, penalty, inputs, world_size=2,
-# wrapper="ddp")``, with ``make_model`` and ``penalty`` defined in a module. For the model
-# alone in one process: :func:`double_backward.check_model`
-# (:doc:`plot_14_builtins_without_double_backward`); the applications these penalties come
-# from: :doc:`plot_15_applications`.
+# the backward DDP watches. A gradient penalty on its own misses some (here the last bias), so
+# each rank trains on its own gradient for one step, silently, then fails. Add the penalty to a
+# loss that uses every parameter (the critic loss, or ``0 * out.sum()``), or average the
+# gradients with :func:`~double_backward.distributed.synchronized_gradients`.
+#
+# Under FSDP2, the penalty needs the unsharded weights after the first backward: keep them for
+# the step with ``synchronized_gradients``.
+#
+# Next
+# ----
+# To check your own model and penalty: ``double_backward.check_distributed(make_model, penalty,
+# inputs, world_size=2, wrapper="ddp")``, with ``make_model`` and ``penalty`` defined in a
+# module. For the model alone in one process: :func:`double_backward.check_model`
+# (:doc:`/auto_examples/builtins_and_models/plot_14_builtins_without_double_backward`); the
+# applications these penalties come
+# from: :doc:`/auto_examples/builtins_and_models/plot_15_applications`.

@@ -40,7 +40,7 @@ print(f"grad_fn: {untracked.grad_fn}")
 # inside ``CubeBackward.forward``, but it records the call, and ``CubeBackward.backward`` gives the
 # derivatives of :math:`g = 3x^2\,\bar{y}` with respect to both of its inputs, :math:`\bar{y}` and
 # :math:`x`, with differentiable torch operations (each only when that input requires grad; what
-# that saves is measured in :doc:`/auto_examples/costs/plot_20_costs`).
+# that saves is measured in :doc:`/auto_examples/costs/plot_20c_fewer_kernels`).
 #
 # .. literalinclude:: /../src/double_backward/functions/untracked_backward.py
 #    :pyobject: Cube

@@ -153,7 +153,7 @@ print(
 # ---------------------------------------
 # A backward made of native ops inherits their derivatives, and those are only as good as
 # each op's own formulas. A fused native kernel saves statistics from its forward, as the
-# trap of :doc:`/auto_examples/writing/plot_07_deriving_double_backward` does, and its double
+# trap of :doc:`/auto_examples/writing/plot_07c_layer_norm_trap` does, and its double
 # backward formula
 # accounts for them by hand; the formula one order up may not. ``F.batch_norm`` in training
 # mode, each order of :math:`\sum_i c_i \cdot` (the previous derivative) against the same

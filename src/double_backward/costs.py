@@ -412,6 +412,23 @@ def load_measurements(name: str = "functions") -> dict[str, Any]:
     return json.loads(text.read_text(encoding="utf-8"))
 
 
+def load_cuda_measurements() -> list[dict[str, Any]]:
+    """The committed GPU runs, one per torch release, oldest release first.
+
+    Each is a ``measurements/cuda/torch-<release>.json`` of the package: the GPU, the torch
+    build, the date, ``source`` (where the figures come from), ``results`` (a gradient
+    penalty's outcome per probe, empty until a GPU run is recorded) and, where measured,
+    ``attention_cost``.
+    """
+    folder = resources.files(__package__).joinpath("measurements", "cuda")
+    runs = [
+        json.loads(path.read_text(encoding="utf-8"))
+        for path in folder.iterdir()
+        if path.name.startswith("torch-") and path.name.endswith(".json")
+    ]
+    return sorted(runs, key=lambda run: tuple(int(part) for part in run["torch"].split(".")))
+
+
 def time_series(
     times: list[dict[str, Any]], case: str, kind: str = "double_backward"
 ) -> tuple[list[int], list[float], list[float], list[float]]:

@@ -51,7 +51,7 @@ TOLERANCES = {
 }
 # Directional checks: the relative error above which a direction fails (its central
 # differences choose their own step: finite_differences). float64's 1e-3 gives the detection
-# bound on plot_16.
+# bound on plot_16c (how sure is a passing verdict).
 DIRECTIONAL = {
     torch.float64: {"rtol": 1e-3},
     torch.float32: {"rtol": 2e-2},

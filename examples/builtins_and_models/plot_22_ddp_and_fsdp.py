@@ -94,6 +94,30 @@ assert reports["find_unused"].steps[1].kind == "raises"
 assert {step.kind for step in reports["static_graph"].steps} == {"not synchronized"}
 
 # %%
+# Every case at a glance
+# ----------------------
+# One row per case, one cell per step: what each step did on the two ranks, as the reports
+# above and below print it.
+import matplotlib.pyplot as plt
+
+# sphinx_gallery_thumbnail_number = 1
+colours = {"synchronized": "#4c9f70", "not synchronized": "#e6a23c"}
+rows = {"r1_alone": r1_alone, **reports}
+figure, axes = plt.subplots(figsize=(6, 0.32 * len(rows) + 1), layout="constrained")
+for row, report in enumerate(rows.values()):
+    for column, step in enumerate(report.steps):
+        colour = "#d9534f" if step.kind.startswith("raises") else colours[step.kind]
+        axes.add_patch(plt.Rectangle((column, row), 0.95, 0.9, color=colour))
+        axes.text(column + 0.47, row + 0.45, step.kind, ha="center", va="center", fontsize=8)
+    if len(report.steps) == 1:  # step 1 raised: no step 2 ran
+        axes.text(1.47, row + 0.45, "not run", ha="center", va="center", fontsize=8, color="0.4")
+axes.set(xlim=(0, 2), ylim=(len(rows), 0), xticks=[0.47, 1.47], xticklabels=["step 1", "step 2"])
+axes.set_yticks([row + 0.45 for row in range(len(rows))], list(rows))
+axes.tick_params(length=0)
+axes.set_title("What each step did under DDP and FSDP (two ranks)")
+plt.show()
+
+# %%
 # DDP's options do not help
 # -------------------------
 # ``find_unused_parameters=True`` looks for parameters the *forward* pass did not use; the

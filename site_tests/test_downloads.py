@@ -34,7 +34,7 @@ SAVE, SAVE_DETACHED = "ctx.save_for_backward(x)", "ctx.save_for_backward(x.detac
 
 
 def _download(reader_site, stem: str, suffix: str, tmp_path: Path) -> Path:
-    (path,) = reader_site.html.glob(f"_downloads/*/{stem}_*{suffix}")
+    (path,) = reader_site.html.glob(f"_downloads/*/{stem}{suffix}")
     target = tmp_path / path.name
     target.write_bytes(path.read_bytes())
     return target
@@ -73,7 +73,7 @@ def _errors(notebook) -> list[tuple[int, str]]:
 def test_editing_the_listed_function_changes_what_the_notebook_prints(
     reader_site, reader, tmp_path
 ):
-    path = _download(reader_site, "plot_01", ".ipynb", tmp_path)
+    path = _download(reader_site, "plot_01_saving_inputs", ".ipynb", tmp_path)
     notebook = nbformat.read(path, as_version=4)
     (listing,) = [
         cell for cell in notebook.cells
@@ -98,7 +98,7 @@ def test_editing_the_listed_function_changes_what_the_notebook_prints(
 def test_editing_the_listed_function_changes_what_the_script_prints(
     reader_site, reader, tmp_path
 ):
-    script = _download(reader_site, "plot_01", ".py", tmp_path)
+    script = _download(reader_site, "plot_01_saving_inputs", ".py", tmp_path)
     assert reader_site.install_from_page(script) == []
     text = script.read_text()
     assert text.count(SAVE) == 1
@@ -123,7 +123,7 @@ def test_without_dot_the_first_cell_says_so_and_only_the_graph_cells_fail(
     empty = tmp_path / "bin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))  # the kernel inherits it: no dot
-    path = _download(reader_site, "plot_01", ".ipynb", tmp_path)
+    path = _download(reader_site, "plot_01_saving_inputs", ".ipynb", tmp_path)
     notebook = _execute(nbformat.read(path, as_version=4), reader, tmp_path, True)
     message = _stream(notebook.cells[0], "stderr")
     assert "Graphviz's `dot` program is not on PATH" in message
@@ -144,7 +144,7 @@ def test_without_dot_the_first_cell_says_so_and_only_the_graph_cells_fail(
 def test_without_dot_the_script_says_so_first_and_runs_whole(
     reader_site, reader, tmp_path
 ):
-    script = _download(reader_site, "plot_01", ".py", tmp_path)
+    script = _download(reader_site, "plot_01_saving_inputs", ".py", tmp_path)
     assert reader_site.install_from_page(script) == []
     empty = tmp_path / "bin"
     empty.mkdir()
@@ -162,7 +162,7 @@ def test_without_a_compiler_the_cpp_pages_first_cell_says_so(
     reader_site, reader, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
-    path = _download(reader_site, "plot_18", ".ipynb", tmp_path)
+    path = _download(reader_site, "plot_18_cpp_extension", ".ipynb", tmp_path)
     notebook = nbformat.read(path, as_version=4)
     notebook.cells = notebook.cells[:1]
     message = _stream(_execute(notebook, reader, tmp_path).cells[0], "stderr")
@@ -177,12 +177,13 @@ def test_without_a_compiler_the_cpp_pages_first_cell_says_so(
 def test_with_the_site_down_the_first_cell_stops_naming_the_address(
     reader_site, reader, tmp_path
 ):
-    # The site on a server of this test's own, so that it can be stopped.
+    path = _download(reader_site, "plot_01_saving_inputs", ".ipynb", tmp_path)
+    # The site on a server of this test's own, so that it can be stopped (made last: a
+    # failure above would leave its socket open for a later test's warning).
     server = ThreadingHTTPServer(
         ("127.0.0.1", 0),
         functools.partial(QuietHandler, directory=str(reader_site.html)),
     )
-    path = _download(reader_site, "plot_01", ".ipynb", tmp_path)
     notebook = nbformat.read(path, as_version=4)
     # The install, then a cell importing the package.
     notebook.cells = [

@@ -180,7 +180,7 @@ def test_notebook_check_catches_a_failing_cell(tmp_path):
 
 
 def test_download_check_catches_rest_left_in_a_notebook(broken_site):
-    path = next(broken_site.glob("_downloads/*/plot_03_*.ipynb"))
+    path = next(broken_site.glob("_downloads/*/plot_03_saving_intermediates.ipynb"))
     notebook = json.loads(path.read_text())
     markdown = next(c for c in notebook["cells"] if c["cell_type"] == "markdown")
     markdown["source"] = [
@@ -195,7 +195,7 @@ def test_download_check_catches_rest_left_in_a_notebook(broken_site):
 
 
 def test_download_check_catches_a_script_without_the_function_its_page_shows(broken_site):
-    path = next(broken_site.glob("_downloads/*/plot_03_*.py"))
+    path = next(broken_site.glob("_downloads/*/plot_03_saving_intermediates.py"))
     text = path.read_text()
     # The listing is code the reader can edit, not a comment.
     assert "\nclass SinhBad(torch.autograd.Function):" in text
@@ -210,8 +210,8 @@ def test_download_check_catches_a_script_without_the_function_its_page_shows(bro
 def test_script_and_notebook_check_catches_a_script_that_is_not_its_notebooks_code(
     broken_site,
 ):
-    script = next(broken_site.glob("_downloads/*/plot_03_*.py"))
-    notebook = next(broken_site.glob("_downloads/*/plot_03_*.ipynb"))
+    script = next(broken_site.glob("_downloads/*/plot_03_saving_intermediates.py"))
+    notebook = next(broken_site.glob("_downloads/*/plot_03_saving_intermediates.ipynb"))
     assert script_and_notebook_problems(script, notebook) == []
     text = script.read_text()
     third_cell = "".join(

@@ -92,9 +92,15 @@ def test_the_error_index_shows_messages_to_search_for():
     messages = _indexed_messages()
     assert len(messages) >= 20
     assert any("donated buffers" in message for message in messages)
-    assert any(
-        "Double backwards is not supported for CuDNN RNNs due to" in m for m in messages
-    )
+    # CUDA messages come only from a committed GPU run (none yet for the probes): where one
+    # recorded cuDNN's RNN message, the index shows it whole.
+    cuda_runs = sorted((ROOT / "src/double_backward/measurements/cuda").glob("torch-*.json"))
+    if any("_cudnn_rnn_backward" in path.read_text() for path in cuda_runs):
+        assert any(
+            "Double backwards is not supported for CuDNN RNNs due to" in m for m in messages
+        )
+    else:
+        assert not any("CuDNN" in m for m in messages)  # nothing measured, nothing shown
 
 
 @pytest.mark.parametrize(
@@ -216,6 +222,8 @@ LESSON_SCRIPTS = {
     if script.parent.name != "recipes"
 }
 EXAMPLES = sorted(LESSON_SCRIPTS)
+# Every page of the gallery, the recipes too: each has its downloads.
+ALL_EXAMPLES = sorted(script.stem for script in (ROOT / "examples").glob("*/plot_*.py"))
 
 
 def _example_code(example: str) -> str:
@@ -243,7 +251,7 @@ def _download(html: Path, example: str, suffix: str, folder: Path) -> Path:
 def test_every_example_has_a_notebook_and_a_script(reader_site):
     for suffix in (".ipynb", ".py"):
         downloads = reader_site.html.glob(f"_downloads/*/plot_*{suffix}")
-        assert sorted(path.stem for path in downloads) == EXAMPLES, suffix
+        assert sorted(path.stem for path in downloads) == ALL_EXAMPLES, suffix
 
 
 @pytest.mark.parametrize("example", EXAMPLES)

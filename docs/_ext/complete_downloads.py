@@ -404,14 +404,16 @@ def _write_all(app: Sphinx, env: BuildEnvironment) -> None:
                     env, docname, [target.with_suffix(suffix) for suffix in DOWNLOADS]
                 )
 
-        def current(
-            name: str, original: zipfile.ZipFile, gallery: Path = gallery
-        ) -> bytes:
-            member = gallery / name
-            return member.read_bytes() if member.is_file() else original.read(name)
-
-        zips = sorted(gallery.glob("*.zip"))
+        # The gallery's zips and each example's own, in the section folders too; a member is
+        # named relative to its zip's folder.
+        zips = sorted(gallery.rglob("*.zip"))
         for path in zips:
+
+            def current(name: str, original: zipfile.ZipFile, folder: Path = path.parent
+                        ) -> bytes:  # fmt: skip
+                member = folder / name
+                return member.read_bytes() if member.is_file() else original.read(name)
+
             rewrite_zip(path, current)
         if f"{gallery_dir}/index" in env.found_docs:
             _forget_download_dependencies(env, f"{gallery_dir}/index", zips)

@@ -114,6 +114,7 @@ def check(
     if called is None:
         return report
     inputs, outputs = called
+    del called  # it would hold the outputs after they are freed below
     if (
         not _choose_outputs(call, outputs, report)
         or not _supported(call, outputs, report)
@@ -136,13 +137,20 @@ def check(
                      causes.Structure())  # fmt: skip
     report.notes += [f"{node} is marked @once_differentiable (first-order only)."
                      for node in found.once_differentiable]  # fmt: skip
-    weights = [evidence.draw(outputs[i], settings.generator)  # type: ignore[arg-type]
-               for i in call.kept]  # fmt: skip
+    # The outputs' weights: drawn when needed, from a generator of their own (the same draw
+    # each time), and not held through the value checks, which read them only to explain a
+    # failure: they are as large as the outputs.
+    weights_of = evidence.drawer([outputs[i] for i in call.kept],  # type: ignore[misc]
+                                 settings.generator)
     outputs = []  # their graph, as large as the outputs, is not needed again: freed
 
     if points is None:
         points = 1 if settings.gradcheck_mode == "none" else 2
-    checked = _check_points(call, inputs, points, settings, found, weights, report)
+    checked = _check_points(call, inputs, points, settings, found, weights_of, report)
+    # The shared directions and backwards (as large as the outputs and inputs, several of
+    # each) are read by the value checks only: freed before the checks that follow.
+    settings.drawn.clear()
+    settings.backwards.clear()
     if settings.staircases:
         report.notes.append(
             f"{settings.staircases} direction(s) were decided at a finer step: at the "
@@ -152,6 +160,7 @@ def check(
         )
     if not checked:
         return report
+    weights = weights_of()
     _describe_passing(call, inputs, weights, found, report)
     if not surrogate_gradient:
         _compare_forward_mode(call, inputs, weights, settings, found, report)
@@ -161,6 +170,7 @@ def check(
         report, "torch.func",
         lambda: evidence.torch_func_support(call, inputs, weights, settings), {},
     )  # fmt: skip
+    weights = []  # as large as the outputs, freed: the modes feed fixed patterns of their own
     _guarded(report, "incoming-gradient modes",
              lambda: modes.check_modes(call, inputs, settings, report, require_batched_grad))
     return report
@@ -322,7 +332,8 @@ def _points(inputs: tuple[torch.Tensor, ...], count: int, s: Settings
 
 
 def _check_points(call: Call, inputs: tuple[torch.Tensor, ...], count: int, s: Settings,
-                  found: causes.Structure, weights: list[torch.Tensor], report: Report) -> bool:
+                  found: causes.Structure, weights_of: Callable[[], list[torch.Tensor]],
+                  report: Report) -> bool:
     """Every check at every point; False when a problem was found at your inputs."""  # fmt: skip
     checked = 0
     for where, at in _points(inputs, count, s):
@@ -334,7 +345,7 @@ def _check_points(call: Call, inputs: tuple[torch.Tensor, ...], count: int, s: S
                 report.notes.append(f"{where}, derived from your inputs, was skipped: {why}")
                 continue
         checked += 1
-        problem = _check_point(call, at, where, s, found, weights, report)
+        problem = _check_point(call, at, where, s, found, weights_of, report)
         if problem is None:
             continue
         if at is inputs:
@@ -352,7 +363,7 @@ def _check_points(call: Call, inputs: tuple[torch.Tensor, ...], count: int, s: S
 
 
 def _check_point(call: Call, at: tuple[torch.Tensor, ...], where: str, s: Settings,
-                 found: causes.Structure, weights: list[torch.Tensor],
+                 found: causes.Structure, weights_of: Callable[[], list[torch.Tensor]],
                  report: Report) -> Problem | None:  # fmt: skip
     """The first-order, then the second-order checks at one point; the problem, if any."""
     where_short = "yours" if where == "your inputs" else where
@@ -375,7 +386,7 @@ def _check_point(call: Call, at: tuple[torch.Tensor, ...], where: str, s: Settin
             report.results[f"order 2, {where_short}"] = "UNDECIDED"
             return _undecided_problem(failure, where, s)
         report.results[f"order 2, {where_short}"] = "FAILED"
-        _guarded(report, "graph", lambda: _read_failure(call, at, weights, s, found))
+        _guarded(report, "graph", lambda: _read_failure(call, at, weights_of(), s, found))
         return modes.named_by_error(failure, 2, where) or causes.cause_of_second_order_failure(
             failure, found, where)  # fmt: skip
     return None

@@ -106,8 +106,8 @@ class Settings:
     surrogate_gradient: bool = False
     # Directions decided at a finer step than a staircase's (settled): a note says so.
     staircases: int = 0
-    # The directions of this check, drawn once and shared by its checks (:func:`_direction`),
-    # and the backwards already run with them (:func:`_backward`).
+    # Where the shared directions of this check are drawn from (:func:`_directions`), and
+    # the backwards already run with them (:func:`_backward`).
     drawn: dict = dataclasses.field(default_factory=dict, repr=False)
     backwards: dict = dataclasses.field(default_factory=dict, repr=False)
 
@@ -146,16 +146,22 @@ def first_order(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> str:
     """The incoming gradient left as it was, gradcheck (when small), linearity in the
     incoming gradient, signed directions."""
     outs = _attempt(lambda: _outputs(call, at), "forward")
-    incoming_untouched(call, at, outs, s)
+    # What the directional checks read of the outputs: their size, and vᵀf for each shared v
+    # (the center of its central differences); then only their shapes are kept (each output
+    # is as large as the inputs, and would be held through every backward below).
+    f_size = norm(outs)
+    centers: dict[int, torch.Tensor] = {}  # vᵀf at ``at``, for each shared v: read from outs
+    outs = list(outs)  # replaced by their shapes once read (linearity)
+    incoming_untouched(call, at, outs, s, centers)
     done = []
     if s.gradcheck_mode != "none" and not s.surrogate_gradient:
         fast = s.gradcheck_mode == "fast"
         _run(lambda: gradcheck(call, at, **s.tol, fast_mode=fast), "gradcheck")
         done.append(f"gradcheck {s.gradcheck_mode}")
-    linearity(call, at, outs, s)
+    linearity(call, at, outs, s, centers, f_size)
     if s.surrogate_gradient:  # the first derivative is taken as given
         return "passed: linear in grad_out (surrogate: taken as given)"
-    tally = vjp_directions(call, at, outs, s)
+    tally = vjp_directions(call, at, outs, s, f_size, centers)
     return "passed: " + ", ".join([*done, "linear", _decided_text(tally, s.directions, "VJPs")])
 
 
@@ -205,30 +211,59 @@ def draw(like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 _randn = draw
 
 
-def _direction(like: torch.Tensor, s: Settings, role: str, index: int) -> torch.Tensor:
-    """Direction ``index`` of ``role`` ("v": an incoming gradient, shaped like an output;
-    "u": shaped like an input), drawn once per check and shared by its checks: each check
-    still takes independent draws among its own (index 0, 1, ...; v and u never the same
-    draw), so each one's chance of a miss is what it was; only drawing, the largest cost at
-    10^6 elements, is not repeated. A direction drawn again (none decided) is a fresh draw."""
-    key = (role, index, tuple(like.shape), like.dtype, like.device)
-    if key not in s.drawn:
-        s.drawn[key] = draw(like, s.generator)
-    return s.drawn[key]
+def drawer(like: Sequence[torch.Tensor], generator: torch.Generator
+           ) -> Callable[[], list[torch.Tensor]]:  # fmt: skip
+    """A function that returns standard normal draws shaped like ``like``, the same ones at
+    each call, from a generator of their own (seeded from ``generator``: independent of its
+    later draws); ``like`` is not held, only its shapes."""
+    seed = int(torch.randint(2**62, (1,), generator=generator, device="cpu"))
+    shapes = [_template(t) for t in like]
+
+    def drawn() -> list[torch.Tensor]:
+        own = torch.Generator(device="cpu").manual_seed(seed)
+        return [draw(t, own) for t in shapes]
+
+    return drawn
+
+
+def _directions(like: Sequence[torch.Tensor], s: Settings, role: str, index: int
+                ) -> list[torch.Tensor]:  # fmt: skip
+    """Direction ``index`` of ``role`` ("v": incoming gradients, one per output; "u": one per
+    input), the same draw wherever a check of this check asks for it: each check still takes
+    independent draws among its own (index 0, 1, ...; v and u never the same draw), so each
+    one's chance of a miss is what it was. Each output and each input has a draw of its own,
+    also where two have the same shape: with one draw for both, a backward that swaps the
+    incoming gradients of two such outputs (or the gradients of two such inputs) would give
+    the same products. What is kept is the generator's state before the first draw, not the
+    draw: it is drawn again for each use (float32 normals, 2.7 ms for 10^6 on one core), so
+    that no direction outlives the check that uses it (one set per output and per index
+    would be several times the inputs' size). A direction drawn again because none decided is
+    a fresh draw: :func:`_randn`."""
+    found = []
+    for position, t in enumerate(like):
+        key = (role, index, position, tuple(t.shape), t.dtype)
+        if key in s.drawn:
+            generator = torch.Generator(device="cpu")
+            generator.set_state(s.drawn[key])
+        else:
+            generator = s.generator
+            s.drawn[key] = generator.get_state()
+        found.append(draw(t, generator))
+    return found
 
 
 def _backward(call: Call, at: tuple[torch.Tensor, ...], v: Sequence[torch.Tensor],
-              s: Settings) -> tuple[torch.Tensor, ...]:  # fmt: skip
-    """The gradients of a backward at ``at`` with incoming gradient ``v``, run once per
-    (point, shared direction): the first-order checks read the same backwards (the last two
-    kept: each is as large as the inputs). Only for the shared directions, never modified."""
-    key = (id(at), *(id(w) for w in v))
+              s: Settings, index: int) -> tuple[torch.Tensor, ...]:  # fmt: skip
+    """The gradients of a backward at ``at`` with the shared incoming gradients ``v``
+    (:func:`_directions` "v", ``index``), run once per point and direction: the first-order
+    checks read the same backwards (the last two kept: each is as large as the inputs)."""
+    key = (id(at), index)
     if key not in s.backwards:
         grads = _attempt(lambda: _grad(call, at, v)[1], "backward")
         while len(s.backwards) >= 2:
             del s.backwards[next(iter(s.backwards))]
-        s.backwards[key] = (at, v, grads)  # at and v held: their ids stay theirs
-    return s.backwards[key][2]
+        s.backwards[key] = (at, grads)  # at held: its id stays its own
+    return s.backwards[key][1]
 
 
 def _direction_scale(at: Sequence[torch.Tensor]) -> float:
@@ -325,46 +360,61 @@ def _attempt(compute: Callable[[], Any], what: str) -> Any:
 
 
 def incoming_untouched(call: Call, at: tuple[torch.Tensor, ...],
-                       outs: Sequence[torch.Tensor], s: Settings) -> None:  # fmt: skip
+                       outs: Sequence[torch.Tensor], s: Settings,
+                       centers: dict[int, torch.Tensor]) -> None:  # fmt: skip
     """One backward with a random incoming gradient, which must come out of it unchanged:
     autograd may hand the same tensor to other consumers (and hands the caller's own tensor
     to backward), so a backward that edits it in place corrupts gradients elsewhere, and under
-    create_graph (a penalty's incoming gradient requires grad) the edit raises."""
-    v = [_direction(o, s, "v", 0) for o in outs]
-    kept = [w.clone() for w in v]
-    _backward(call, at, v, s)
+    create_graph (a penalty's incoming gradient requires grad) the edit raises. (Compared
+    with the same draw made again afterwards: no copy alive during the backward.)"""
+    v = _directions(outs, s, "v", 0)
+    centers[0] = dot(v, outs)
+    _backward(call, at, v, s, 0)
+    kept = _directions(outs, s, "v", 0)
     changed = [i for i, (w, k) in enumerate(zip(v, kept, strict=True)) if not torch.equal(w, k)]
     if changed:
         raise Failed("modified-incoming", (
             f"the incoming gradient of output(s) {', '.join(map(str, changed))} was changed "
-            "by backward (compared with a copy taken before the call)."
+            "by backward (compared with the same values, drawn again after the call)."
         ))  # fmt: skip
 
 
-def linearity(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torch.Tensor],
-              s: Settings) -> None:  # fmt: skip
+def linearity(call: Call, at: tuple[torch.Tensor, ...], outs: list[torch.Tensor],
+              s: Settings, centers: dict[int, torch.Tensor], f_size: float) -> None:  # fmt: skip
     """backward(a v1 + b v2) against a backward(v1) + b backward(v2), for random signed v1,
     v2, a and b, compared along a random direction u (each product of backward with u varies
-    as much as backward itself, so a non-linear part shows at once)."""
-    u = [_direction(x, s, "u", 1) for x in at]
-    v1 = [_direction(o, s, "v", 0) for o in outs]
-    v2 = [_direction(o, s, "v", 1) for o in outs]
+    as much as backward itself, so a non-linear part shows at once). Reads vᵀf for v2 into
+    ``centers``, then replaces ``outs`` by their shapes: the outputs are not held through the
+    backwards from here on."""
+    u = _directions(at, s, "u", 1)
+    v1 = _directions(outs, s, "v", 0)
+    v2 = _directions(outs, s, "v", 1)
+    if s.directions > 1:
+        centers[1] = dot(v2, outs)
+    floor = NEGLIGIBLE[s.dtype] * max(norm(v1), norm(v2)) * f_size / _direction_scale(at)
+    outs[:] = [_template(o) for o in outs]
     # Signed factors of size 0.5 to 2, so that neither term is negligible.
     size = torch.rand(2, generator=s.generator, dtype=torch.float64, device="cpu") * 1.5 + 0.5
     sign = torch.randint(0, 2, (2,), generator=s.generator, device="cpu") * 2 - 1
     a, b = (float(c) for c in size * sign)
     along, scale = [], 0.0
-    for v in (v1, v2, None):
-        if v is None:  # a v1 + b v2 (v1 and v2 are shared: not modified)
-            v = [(p * a).add_(q, alpha=b) for p, q in zip(v1, v2, strict=True)]
-            g = _attempt(lambda v=v: _grad(call, at, v)[1], "backward")
-        else:
-            g = _backward(call, at, v, s)
+
+    def record(g: Sequence[torch.Tensor]) -> None:
+        nonlocal scale
         along.append(float(dot(g, u)))
         scale = max(scale, norm(g))
-        del g
-    error = abs(along[2] - a * along[0] - b * along[1]) / max(scale * (1 + abs(a) + abs(b)),
-                                                             1e-12)  # fmt: skip
+
+    record(_backward(call, at, v1, s, 0))
+    record(_backward(call, at, v2, s, 1))
+    # a v1 + b v2, in v1's place (v1 and v2 are draws of their own), v2 freed before the
+    # backward: one set of incoming gradients fewer alive.
+    v = [p.mul_(a).add_(q, alpha=b) for p, q in zip(v1, v2, strict=True)]
+    del v1, v2
+    record(_attempt(lambda: _grad(call, at, v)[1], "backward"))
+    # Judged against what backward could be too: a derivative that is zero but for rounding
+    # (corrcoef of two observations is constant) is no scale of its own.
+    error = abs(along[2] - a * along[0] - b * along[1]) / max(
+        max(scale, floor) * (1 + abs(a) + abs(b)), 1e-300)  # fmt: skip
     if error > s.rtol:
         raise Failed("nonlinear", (
             f"backward(a*v1 + b*v2) differs from a*backward(v1) + b*backward(v2) by "
@@ -461,20 +511,22 @@ def _decided_text(tally: Tally, wanted: int, what: str) -> str:
 
 
 def vjp_directions(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torch.Tensor],
-                   s: Settings) -> Tally:
+                   s: Settings, f_size: float, centers: dict[int, torch.Tensor]) -> Tally:
     """uᵀ(Jᵀv) from backward against the central difference of vᵀf along u, for random
-    signed v and u (u drawn again, up to three times, where no step decides)."""  # fmt: skip
+    signed v and u (u drawn again, up to three times, where no step decides). ``outs``: the
+    outputs' shapes; ``f_size``: their norm; ``centers``: vᵀf at ``at`` for the v read so far
+    (the others' is computed)."""  # fmt: skip
     c = _direction_scale(at)
     tally = Tally()
     for index in range(s.directions):
-        v = [_direction(o, s, "v", index) for o in outs]
-        g = _backward(call, at, v, s)
+        v = _directions(outs, s, "v", index)
+        g = _backward(call, at, v, s, index)
         # Below this, a derivative is negligible beside what vᵀf varies by over c (corrcoef
         # of two observations is constant: both derivatives are 1e-16 noise).
-        floor = NEGLIGIBLE[s.dtype] * norm(v) * norm(outs) / c
+        floor = NEGLIGIBLE[s.dtype] * norm(v) * f_size / c
         for attempt in range(3):
-            u = [_direction(x, s, "u", index) if attempt == 0 else _randn(x, s.generator)
-                 for x in at]  # fmt: skip
+            u = (_directions(at, s, "u", index) if attempt == 0
+                 else [_randn(x, s.generator) for x in at])  # fmt: skip
             analytic = float(dot(g, u))
 
             def along(t: float, u: list = u, v: list = v) -> torch.Tensor:
@@ -486,7 +538,7 @@ def vjp_directions(call: Call, at: tuple[torch.Tensor, ...], outs: Sequence[torc
                 return abs(analytic - estimate) <= s.rtol * max(
                     norm(g) + abs(estimate), floor, 1e-300)  # fmt: skip
 
-            center = dot(v, outs)  # along(0): the outputs at ``at`` are known
+            center = centers.get(index)  # along(0), where the outputs were read
             found = _attempt(lambda along=along, g=g, accept=accept, center=center: _difference(
                 along, c, s, norm(g), accept, center), "forward")  # fmt: skip
             if found.value is None:
@@ -550,8 +602,8 @@ def finite_second_derivative(call: Call, at: tuple[torch.Tensor, ...], s: Settin
     the first derivative are. (Above gradcheck's size :func:`hvp_directions` looks at its
     own, and this one is not run.)"""
     outs = _outputs(call, at)
-    v = [_direction(o, s, "v", 0) for o in outs]
-    u = [_direction(x, s, "u", 0) for x in at]
+    v = _directions(outs, s, "v", 0)
+    u = _directions(at, s, "u", 0)
     hvp, mixed, g = _second_at(call, at, v, u)
     if not math.isfinite(norm([g])):
         return  # the first derivative is not finite: its own checks say so
@@ -593,10 +645,9 @@ def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> Tal
 
     def one(index: int) -> float | str:
         # The shared directions first, fresh draws for a direction drawn again.
-        v = [_direction(o, s, "v", index) if index < s.directions else _randn(o, s.generator)
-             for o in outs]  # fmt: skip
-        u = [_direction(x, s, "u", index) if index < s.directions else _randn(x, s.generator)
-             for x in at]  # fmt: skip
+        shared = index < s.directions
+        v = _directions(outs, s, "v", index) if shared else [_randn(o, s.generator) for o in outs]
+        u = _directions(at, s, "u", index) if shared else [_randn(x, s.generator) for x in at]
         hvp, mixed, g_at = _second_at(call, at, v, u)
         g_size = norm([g_at])
         if math.isfinite(g_size):  # else the first derivative's own checks say so
@@ -608,8 +659,8 @@ def hvp_directions(call: Call, at: tuple[torch.Tensor, ...], s: Settings) -> Tal
         # The mixed term first, then freed: one vector fewer alive during the HVP's. Its w,
         # independent of this direction's v and u: the other shared v, or a fresh draw.
         other = 1 - index
-        w = [_direction(o, s, "v", other) if 0 <= other < s.directions
-             else _randn(o, s.generator) for o in outs]  # fmt: skip
+        w = (_directions(outs, s, "v", other) if 0 <= other < s.directions
+             else [_randn(o, s.generator) for o in outs])  # fmt: skip
         mixed_error = _mixed_error(call, at, mixed, u, w, rounding * f_size / c)
         del w
         if mixed_error > s.rtol:

@@ -147,9 +147,8 @@ def check(
     if points is None:
         points = 1 if settings.gradcheck_mode == "none" else 2
     checked = _check_points(call, inputs, points, settings, found, weights_of, report)
-    # The shared directions and backwards (as large as the outputs and inputs, several of
-    # each) are read by the value checks only: freed before the checks that follow.
-    settings.drawn.clear()
+    # The backwards the value checks keep (each as large as the inputs) are read by them
+    # only: freed before the checks that follow. (settings.drawn holds generator states.)
     settings.backwards.clear()
     if settings.staircases:
         report.notes.append(

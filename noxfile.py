@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import sys
@@ -112,6 +114,49 @@ def cache_root() -> Path:
         return Path(configured)
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "double_backward"
+
+
+def venvs_key() -> str:
+    """Names what the sessions' venvs hold: this Python, the pins and every dependency list of
+    pyproject.toml. A change to any of them gives new venvs, so none keeps a package that is
+    no longer required (one that would hide a missing dependency)."""
+    project = PYPROJECT["project"]
+    spec = {
+        "python": list(sys.version_info[:2]),
+        "constraints": Path(CONSTRAINTS).read_text(),
+        "dependencies": project.get("dependencies", []),
+        "extras": project.get("optional-dependencies", {}),
+        "groups": PYPROJECT.get("dependency-groups", {}),
+        "without-deps": PYPROJECT["tool"]["double_backward"]["models-without-deps"],
+    }
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+    return f"py{sys.version_info.major}{sys.version_info.minor}-{digest}"
+
+
+# Every session's venv, kept in the cache folder, outside the clone, and reused by every clone
+# and run while what they hold is unchanged (venvs_key): CI's fresh clone then installs
+# nothing but the package itself (editable, pointing at that clone). Installing them took
+# 7 minutes of each CI run. `--envdir .nox` keeps a clone's venvs of its own instead.
+VENVS = cache_root() / "nox" / venvs_key()
+nox.options.envdir = str(VENVS)
+nox.options.reuse_venv = "yes"
+KEEP_VENV_SETS = 2  # the newest sets of venvs kept; older ones are removed (1.1-1.4 GB a venv)
+
+
+def prune_old_venv_sets() -> None:
+    """Mark this set of venvs as used now; remove all but the newest KEEP_VENV_SETS sets."""
+    VENVS.mkdir(parents=True, exist_ok=True)
+    (VENVS / ".last-used").touch()
+    sets = sorted(
+        (path for path in VENVS.parent.iterdir() if (path / ".last-used").exists()),
+        key=lambda path: (path / ".last-used").stat().st_mtime, reverse=True,
+    )  # fmt: skip
+    for old in sets[KEEP_VENV_SETS:]:
+        if old != VENVS:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+prune_old_venv_sets()
 
 
 def own_venv(session: nox.Session, venv: Path, constraints: str | Path, group: str) -> str:
@@ -226,7 +271,7 @@ def serve(session: nox.Session) -> None:
 # One venv for the four benchmark sessions: they need the same things (the package with every
 # extra; `bench` also the docs group, which the others do not mind), so torch (1.1 GB, about
 # 25 s to install) is installed once for all four, not four times.
-BENCH_VENV = ROOT / ".nox" / "bench-shared"
+BENCH_VENV = VENVS / "bench-shared"
 
 
 def bench_venv(session: nox.Session) -> tuple[str, dict[str, str]]:
@@ -285,12 +330,12 @@ def bench_call_overhead(session: nox.Session) -> None:
 # A reader's venv: torch and NumPy, what the package requires, and a Jupyter kernel; nothing of
 # this project. The site checks install the package into it from the served site, with no extra,
 # and one extra from the wheelhouse, to show what each install takes.
-READER_VENV = ROOT / ".nox" / "site-reader"
+READER_VENV = VENVS / "site-reader"
 # The venv the downloads run in: the reader's venv (through a .pth file) plus the dependencies of
 # the extras the pages use, installed here in advance: the checks run offline.
-PAGES_READER_VENV = ROOT / ".nox" / "site-reader-pages"
+PAGES_READER_VENV = VENVS / "site-reader-pages"
 # Wheels of the "graphs" extra, for installing it on request with no network.
-WHEELHOUSE = ROOT / ".nox" / "site-wheelhouse"
+WHEELHOUSE = VENVS / "site-wheelhouse"
 
 
 # Run by the pages venv's python: a .pth file making the reader's venv (argv[1]) importable.
@@ -315,8 +360,11 @@ def site(session: nox.Session) -> None:
     extras = PYPROJECT["project"]["optional-dependencies"]
     reader_python = READER_VENV / "bin" / "python"
     pages_python = PAGES_READER_VENV / "bin" / "python"
+    # Kept between runs with the session's venv (VENVS): made once, the installs re-applied
+    # (quick when nothing changed). The checks never install into them: each worker layers
+    # a venv of its own over them (site_tests/conftest.py).
     for venv in (READER_VENV, PAGES_READER_VENV):
-        session.run_install("python", "-m", "venv", "--clear", str(venv))
+        session.run_install("python", "-m", "venv", str(venv))
     # ipykernel: the checks run the notebooks in these venvs, as Jupyter would.
     session.run_install(
         str(reader_python), "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS,

@@ -48,10 +48,27 @@ def test_the_site_has_the_pages_the_checks_expect(site):
     assert {"index.html", "api.html", "search.html", EXAMPLE_PAGE} <= names
 
 
+# The browser checks visit every page, a few seconds each: split into groups, so that both
+# pytest-xdist workers share them (one test of every page kept one worker busy for 6 minutes).
+PAGE_GROUPS = 6
+
+
+def page_group(site: Path, base_url: str, group: int) -> list[str]:
+    """Every PAGE_GROUPS-th page's URL, from the ``group``-th on; together, every page."""
+    return all_urls(site, base_url)[group::PAGE_GROUPS]
+
+
+def test_the_page_groups_cover_every_page_once(site, base_url):
+    groups = [page_group(site, base_url, group) for group in range(PAGE_GROUPS)]
+    assert all(groups)
+    assert sorted(url for group in groups for url in group) == sorted(all_urls(site, base_url))
+
+
+@pytest.mark.parametrize("group", range(PAGE_GROUPS))
 def test_every_page_loads_in_chromium_without_errors_or_outside_requests(
-    site, base_url, browser
+    site, base_url, browser, group
 ):
-    assert browser_problems(browser, all_urls(site, base_url)) == []
+    assert browser_problems(browser, page_group(site, base_url, group)) == []
 
 
 @pytest.mark.parametrize(
@@ -139,8 +156,9 @@ def test_light_and_dark_mode_render_the_graphs(base_url, browser):
     )
 
 
-def test_no_serious_or_critical_accessibility_violations(site, base_url, browser):
-    assert axe_problems(browser, all_urls(site, base_url)) == []
+@pytest.mark.parametrize("group", range(PAGE_GROUPS))
+def test_no_serious_or_critical_accessibility_violations(site, base_url, browser, group):
+    assert axe_problems(browser, page_group(site, base_url, group)) == []
 
 
 def test_every_internal_link_and_anchor_resolves(site):

@@ -151,7 +151,11 @@ def axe_problems(browser: Browser, urls: list[str]) -> list[str]:
         page = browser.new_page()
         page.goto(url, wait_until="load")
         page.add_script_tag(path=str(AXE_JS))
-        results = page.evaluate("async () => await axe.run(document)")
+        # Only the violations in full: axe still runs every rule on every element, and no
+        # longer builds a selector for each element that passed (a third of its time here).
+        results = page.evaluate(
+            "async () => await axe.run(document, {resultTypes: ['violations']})"
+        )
         for violation in results["violations"]:
             if violation["impact"] in ("serious", "critical"):
                 targets = [node["target"] for node in violation["nodes"]][:3]

@@ -30,6 +30,8 @@ from playwright.sync_api import Browser, sync_playwright
 from .checks import CHROMIUM, CHROMIUM_ARGS, ROOT
 
 sys.path.insert(0, str(ROOT / "tools"))
+# The Sphinx helpers in docs/_ext/ are plain modules that conf.py puts on sys.path; so do we.
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 from scratch_docs import build_html, copy_sources  # noqa: E402
 from sphinx_build import reproducible_env  # noqa: E402
 

@@ -12,8 +12,10 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote
 
+# package_wheel: docs/_ext/, which conftest.py puts on sys.path.
 import nbformat
 import pytest
+from package_wheel import PROGRAMS_CHECK
 
 from .checks import (
     ROOT,
@@ -240,6 +242,8 @@ LESSON_SCRIPTS = {
     if script.parent.name != "recipes"
 }
 EXAMPLES = sorted(LESSON_SCRIPTS)
+# The first lesson: its page carries the install line that test_downloads.py runs from scratch.
+PLOT_01 = next(name for name in EXAMPLES if name.startswith("plot_01_"))
 # Every page of the gallery, the recipes too: each has its downloads.
 ALL_EXAMPLES = sorted(script.stem for script in (ROOT / "examples").glob("*/plot_*.py"))
 
@@ -272,10 +276,6 @@ def test_every_example_has_a_notebook_and_a_script(reader_site):
         assert sorted(path.stem for path in downloads) == ALL_EXAMPLES, suffix
 
 
-# What a notebook's first cell checks after installing the package (package_wheel.py).
-PROGRAMS_CHECK = "# The programs this page needs"
-
-
 def _install_code(notebook: Path) -> str:
     """The code of a notebook's first cell that installs the package from the site (without
     the blank line that separates it from a check that follows)."""
@@ -290,10 +290,9 @@ def test_every_notebook_installs_the_package_with_the_same_code(reader_site, tmp
         example: _install_code(_download(reader_site.html, example, ".ipynb", tmp_path))
         for example in EXAMPLES
     }
-    plot_01 = next(name for name in EXAMPLES if name.startswith("plot_01_"))
-    assert '"pip", "install"' in codes[plot_01]
-    assert reader_site.base_url in codes[plot_01]
-    assert [name for name, code in codes.items() if code != codes[plot_01]] == []
+    assert '"pip", "install"' in codes[PLOT_01]
+    assert reader_site.base_url in codes[PLOT_01]
+    assert [name for name, code in codes.items() if code != codes[PLOT_01]] == []
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
@@ -314,8 +313,7 @@ def test_the_script_is_its_notebooks_code_and_its_preamble_runs(
     notebook = _download(reader_site.html, example, ".ipynb", tmp_path)
     assert script_and_notebook_problems(script, notebook) == []
     # The page's install line is plot_01's, which test_downloads.py runs.
-    plot_01 = next(name for name in EXAMPLES if name.startswith("plot_01_"))
-    assert reader_site.install_line(example) == reader_site.install_line(plot_01)
+    assert reader_site.install_line(example) == reader_site.install_line(PLOT_01)
     preamble = subprocess.run(
         [reader.python, "-c", script_preamble(script, notebook)],
         cwd=tmp_path, capture_output=True, text=True,
@@ -355,9 +353,8 @@ def test_without_the_wheel_on_the_site_the_install_path_fails(
 ):
     # The negative control: the same site and downloads, served without the wheel by a
     # server of this test's own (the other workers keep using the real one).
-    plot_01 = next(name for name in EXAMPLES if name.startswith("plot_01_"))
-    notebook = _download(reader_site.html, plot_01, ".ipynb", tmp_path)
-    script = _download(reader_site.html, plot_01, ".py", tmp_path)
+    notebook = _download(reader_site.html, PLOT_01, ".ipynb", tmp_path)
+    script = _download(reader_site.html, PLOT_01, ".py", tmp_path)
     server = ThreadingHTTPServer(
         ("127.0.0.1", 0), functools.partial(_NoWheels, directory=str(reader_site.html))
     )

@@ -236,6 +236,11 @@ def _cpp_check(kind: str) -> str:
     )
 
 
+# The comment that opens the check of the programs a page needs, in the notebook's first cell
+# after the install code (site_tests/test_site.py splits the cell there).
+PROGRAMS_CHECK = "# The programs this page needs besides Python packages, checked first."
+
+
 def prerequisites_check(needs: frozenset[str], kind: str) -> str:
     """Code that says, before anything fails, which program the page needs is missing.
 
@@ -252,7 +257,7 @@ def prerequisites_check(needs: frozenset[str], kind: str) -> str:
         [_cpp_check(kind)] if CPP in needs else []
     )
     return (
-        "# The programs this page needs besides Python packages, checked first.\n"
+        PROGRAMS_CHECK + "\n"
         + "\n".join(imports) + "\n\n" + "\n".join(checks)
     )  # fmt: skip
 

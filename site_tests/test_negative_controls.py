@@ -10,12 +10,11 @@ import nbformat
 
 from .checks import (
     RUNS_DIFFERENTLY_AS_A_SCRIPT,
-    axe_problems,
-    browser_problems,
     download_problems,
     html_validation_problems,
     live_timing_problems,
     notebook_problems,
+    page_problems,
     script_and_notebook_problems,
     script_problems,
     search_results,
@@ -40,7 +39,7 @@ def test_browser_check_catches_a_deleted_svg(broken_site, broken_base_url, brows
         name for name in text.split('"') if "_images/" in name and name.endswith(".svg")
     )
     (page.parent / svg).resolve().unlink()
-    problems = browser_problems(browser, [f"{broken_base_url}/{EXAMPLE_PAGE}"])
+    problems = page_problems(browser, [f"{broken_base_url}/{EXAMPLE_PAGE}"])
     assert any(" 404 " in p and p.endswith(".svg") for p in problems), problems
     assert any("image did not decode" in p for p in problems), problems
 
@@ -53,7 +52,7 @@ def test_browser_check_catches_a_figure_sized_out_of_proportion(
     text = page.read_text()
     assert '<img loading="lazy" decoding="async" width="720" height="461"' in text
     page.write_text(text.replace('width="720" height="461"', 'width="720" height="720"', 1))
-    problems = browser_problems(browser, [f"{broken_base_url}/{costs_page}"])
+    problems = page_problems(browser, [f"{broken_base_url}/{costs_page}"])
     assert any("image sized 720x720, drawn 720x461" in p for p in problems), problems
 
 
@@ -62,7 +61,7 @@ def test_browser_check_catches_a_script_error(broken_site, broken_base_url, brow
         broken_site / "index.html",
         "<script>throw new Error('injected failure')</script>",
     )
-    problems = browser_problems(browser, [f"{broken_base_url}/index.html"])
+    problems = page_problems(browser, [f"{broken_base_url}/index.html"])
     assert any("page error" in p and "injected failure" in p for p in problems), (
         problems
     )
@@ -76,7 +75,7 @@ def test_browser_check_catches_and_blocks_an_external_script(
         broken_site / "index.html",
         '<script src="https://cdn.example.invalid/x.js"></script>',
     )
-    problems = browser_problems(browser, [f"{broken_base_url}/index.html"])
+    problems = page_problems(browser, [f"{broken_base_url}/index.html"])
     assert any("request to another host (blocked)" in p for p in problems), problems
 
 
@@ -96,7 +95,7 @@ def test_accessibility_check_catches_an_image_without_alt(
     broken_site, broken_base_url, browser
 ):
     inject(broken_site / "index.html", '<img src="_static/favicon.svg">')
-    problems = axe_problems(browser, [f"{broken_base_url}/index.html"])
+    problems = page_problems(browser, [f"{broken_base_url}/index.html"])
     assert any("image-alt" in p for p in problems), problems
 
 

@@ -162,16 +162,33 @@ prune_old_venv_sets()
 def own_venv(session: nox.Session, venv: Path, constraints: str | Path, group: str) -> str:
     """A venv nox does not manage (kept outside the clone, or shared by several sessions), made
     on first use, with the package (editable, every extra) and a dependency group installed
-    under the constraints. Every run re-applies the install, which is quick when nothing changed
-    and completes an interrupted one. Returns the venv's python."""
+    under the constraints. Returns the venv's python.
+
+    The install is run again when what it depends on changed (the clone's path, pyproject.toml,
+    the constraints, the group), which a stamp in the venv records once it has succeeded: an
+    interrupted install is completed by the next run, and sessions that share the venv can run
+    at once after one of them installed it (.ci/run's benchmarks: pip re-applying an editable
+    install rewrites it, and took 6 s a session).
+    """
     python = venv / "bin" / "python"
+    requirements = ["-e", f"{ROOT}[pages]", *nox.project.dependency_groups(PYPROJECT, group)]
+    wanted = json.dumps({
+        "root": str(ROOT), "requirements": requirements,
+        "constraints": Path(constraints).read_text(),
+        "pyproject.toml": (ROOT / "pyproject.toml").read_text(),
+    }, indent=1)  # fmt: skip
+    stamp = venv / "double-backward-installed.json"
+    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
+        session.log(f"{venv.name}: installed, nothing changed since ({stamp.name})")
+        return str(python)
     if not python.exists():
         session.run_install(sys.executable, "-m", "venv", str(venv), external=True)
+    stamp.unlink(missing_ok=True)
     session.run_install(
-        str(python), "-m", "pip", "install", "--quiet", "-c", str(constraints),
-        "-e", f"{ROOT}[pages]", *nox.project.dependency_groups(PYPROJECT, group),
+        str(python), "-m", "pip", "install", "--quiet", "-c", str(constraints), *requirements,
         external=True,
     )  # fmt: skip
+    stamp.write_text(wanted)
     return str(python)
 
 

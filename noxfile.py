@@ -291,6 +291,23 @@ def serve(session: nox.Session) -> None:
 BENCH_VENV = VENVS / "bench-shared"
 
 
+def npm_ci(session: nox.Session) -> None:
+    """``npm ci`` (the Nu validator, axe-core, Lighthouse), unless node_modules was installed
+    from the same package.json and package-lock.json: a stamp records them once it succeeded.
+    npm ci removes node_modules and installs it whole each time (15 s here), and both `site`
+    and `audit` need it."""
+    wanted = json.dumps(
+        {name: (ROOT / name).read_text() for name in ("package.json", "package-lock.json")}
+    )
+    stamp = ROOT / "node_modules" / ".double-backward-installed.json"
+    if stamp.exists() and stamp.read_text() == wanted:
+        session.log(f"node_modules: installed, nothing changed since ({stamp.name})")
+        return
+    # None where nox skipped it (`-R`, the session's venv reused): nothing to record then.
+    if session.run_install("npm", "ci", "--no-audit", "--no-fund", external=True) is not None:
+        stamp.write_text(wanted)
+
+
 def bench_venv(session: nox.Session) -> tuple[str, dict[str, str]]:
     """The benchmarks' venv: its python, and the environment to run it in."""
     python = own_venv(session, BENCH_VENV, CONSTRAINTS, "docs")
@@ -373,7 +390,7 @@ def site(session: nox.Session) -> None:
     then `nox -R -s site` with no network.
     """
     install(session, "site")
-    session.run_install("npm", "ci", "--no-audit", "--no-fund", external=True)
+    npm_ci(session)
     extras = PYPROJECT["project"]["optional-dependencies"]
     reader_python = READER_VENV / "bin" / "python"
     pages_python = PAGES_READER_VENV / "bin" / "python"
@@ -446,5 +463,5 @@ def build(session: nox.Session) -> None:
 @nox.session(python=False)
 def audit(session: nox.Session) -> None:
     """Lighthouse scores (mobile) of the index and every example page; run after `docs`."""
-    session.run_install("npm", "ci", "--no-audit", "--no-fund", external=True)
+    npm_ci(session)
     session.run(sys.executable, "tools/audit.py", *session.posargs, external=True)

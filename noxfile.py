@@ -434,7 +434,8 @@ def build(session: nox.Session) -> None:
     session.install("build>=1.2", "twine>=5")
     dist = ROOT / "dist"
     shutil.rmtree(dist, ignore_errors=True)
-    session.run("python", "-m", "build", "--outdir", str(dist), str(ROOT))
+    if session.run("python", "-m", "build", "--outdir", str(dist), str(ROOT)) is None:
+        return  # --install-only: nothing was built to check
     session.run("twine", "check", "--strict", *map(str, sorted(dist.iterdir())))
     (wheel,) = dist.glob("*.whl")
     session.run("python", "tools/check_wheel.py", str(wheel))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -23,6 +24,8 @@ PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 CONSTRAINTS = os.environ.get(
     "DOUBLE_BACKWARD_CONSTRAINTS", str(ROOT / "constraints.txt")
 )
+# In a venv (or node_modules): what its last successful install depended on (install_once).
+INSTALL_STAMP = "double-backward-installed.json"
 DOCS_OUT = ROOT / "docs" / "_build" / "html"
 # Beside the HTML, not inside it: the HTML tree holds only what is served.
 DOCTREES = ROOT / "docs" / "_build" / "doctrees"
@@ -30,15 +33,49 @@ sys.path.insert(0, str(ROOT / "tools"))
 from sphinx_build import arguments, reproducible_env  # noqa: E402  (the one sphinx-build command)
 
 
+def install_once(session: nox.Session, stamp: Path, depends_on: dict, *command: str,
+                 **run: object) -> None:  # fmt: skip
+    """Run an install ``command`` (``session.run_install``'s arguments) unless ``stamp``
+    records that it succeeded with the same ``depends_on`` (its inputs, as JSON).
+
+    pip re-applying an install that has nothing to change still resolves every requirement
+    (8 s for the tests venv, 2026-12-07), and CI re-applied six. The stamp is removed before
+    the install and written after it succeeded, so an interrupted install runs again; none
+    is written where nox skipped the command (``-R``: the venv reused, nothing installed).
+    """
+    prune_old_venv_sets()
+    wanted = json.dumps(depends_on, indent=1, sort_keys=True)
+    if stamp.exists() and stamp.read_text() == wanted:
+        session.log(f"{stamp.parent.name}: installed, nothing changed since ({stamp.name})")
+        return
+    stamp.unlink(missing_ok=True)
+    if session.run_install(*command, **run) is not None:
+        stamp.write_text(wanted)
+
+
+def what_pip_reads(requirements: list[str], constraints: str | Path) -> dict:
+    """What a pip install of the package (editable) and ``requirements`` depends on: the
+    clone's path (where the editable install points), pyproject.toml and the pins."""
+    return {
+        "root": str(ROOT), "requirements": requirements,
+        "constraints": Path(constraints).read_text(),
+        "pyproject.toml": (ROOT / "pyproject.toml").read_text(),
+    }  # fmt: skip
+
+
 def install(session: nox.Session, *groups: str) -> None:
     """Install the package (editable, with every extra: the pages and tests use them all) and
-    the named dependency groups under the constraints."""
+    the named dependency groups under the constraints, unless nothing they depend on changed
+    since the last install into this venv."""
     requirements = [
-        req
-        for group in groups
-        for req in nox.project.dependency_groups(PYPROJECT, group)
-    ]
-    session.install("-c", CONSTRAINTS, "-e", ".[pages]", *requirements)
+        "-e", f"{ROOT}[pages]",
+        *(req for group in groups for req in nox.project.dependency_groups(PYPROJECT, group)),
+    ]  # fmt: skip
+    install_once(
+        session, Path(session.virtualenv.location) / INSTALL_STAMP,
+        what_pip_reads(requirements, CONSTRAINTS),
+        "python", "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS, *requirements,
+    )  # fmt: skip
 
 
 def require_graphviz(session: nox.Session) -> None:
@@ -143,8 +180,12 @@ nox.options.reuse_venv = "yes"
 KEEP_VENV_SETS = 2  # the newest sets of venvs kept; older ones are removed (1.1-1.4 GB a venv)
 
 
+@functools.cache  # once per nox run, by the first session that installs
 def prune_old_venv_sets() -> None:
-    """Mark this set of venvs as used now; remove all but the newest KEEP_VENV_SETS sets."""
+    """Mark this set of venvs as used now; remove all but the newest KEEP_VENV_SETS sets.
+
+    Called where a session installs (install_once), not when the noxfile is imported: `nox -l`
+    and .ci/run's look-up of VENVS remove nothing."""
     VENVS.mkdir(parents=True, exist_ok=True)
     (VENVS / ".last-used").touch()
     sets = sorted(
@@ -154,9 +195,6 @@ def prune_old_venv_sets() -> None:
     for old in sets[KEEP_VENV_SETS:]:
         if old != VENVS:
             shutil.rmtree(old, ignore_errors=True)
-
-
-prune_old_venv_sets()
 
 
 def own_venv(session: nox.Session, venv: Path, constraints: str | Path, group: str) -> str:
@@ -172,23 +210,14 @@ def own_venv(session: nox.Session, venv: Path, constraints: str | Path, group: s
     """
     python = venv / "bin" / "python"
     requirements = ["-e", f"{ROOT}[pages]", *nox.project.dependency_groups(PYPROJECT, group)]
-    wanted = json.dumps({
-        "root": str(ROOT), "requirements": requirements,
-        "constraints": Path(constraints).read_text(),
-        "pyproject.toml": (ROOT / "pyproject.toml").read_text(),
-    }, indent=1)  # fmt: skip
-    stamp = venv / "double-backward-installed.json"
-    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
-        session.log(f"{venv.name}: installed, nothing changed since ({stamp.name})")
-        return str(python)
     if not python.exists():
+        (venv / INSTALL_STAMP).unlink(missing_ok=True)
         session.run_install(sys.executable, "-m", "venv", str(venv), external=True)
-    stamp.unlink(missing_ok=True)
-    session.run_install(
+    install_once(
+        session, venv / INSTALL_STAMP, what_pip_reads(requirements, constraints),
         str(python), "-m", "pip", "install", "--quiet", "-c", str(constraints), *requirements,
         external=True,
     )  # fmt: skip
-    stamp.write_text(wanted)
     return str(python)
 
 
@@ -296,16 +325,11 @@ def npm_ci(session: nox.Session) -> None:
     from the same package.json and package-lock.json: a stamp records them once it succeeded.
     npm ci removes node_modules and installs it whole each time (15 s here), and both `site`
     and `audit` need it."""
-    wanted = json.dumps(
-        {name: (ROOT / name).read_text() for name in ("package.json", "package-lock.json")}
-    )
-    stamp = ROOT / "node_modules" / ".double-backward-installed.json"
-    if stamp.exists() and stamp.read_text() == wanted:
-        session.log(f"node_modules: installed, nothing changed since ({stamp.name})")
-        return
-    # None where nox skipped it (`-R`, the session's venv reused): nothing to record then.
-    if session.run_install("npm", "ci", "--no-audit", "--no-fund", external=True) is not None:
-        stamp.write_text(wanted)
+    install_once(
+        session, ROOT / "node_modules" / f".{INSTALL_STAMP}",
+        {name: (ROOT / name).read_text() for name in ("package.json", "package-lock.json")},
+        "npm", "ci", "--no-audit", "--no-fund", external=True,
+    )  # fmt: skip
 
 
 def bench_venv(session: nox.Session) -> tuple[str, dict[str, str]]:
@@ -394,24 +418,32 @@ def site(session: nox.Session) -> None:
     extras = PYPROJECT["project"]["optional-dependencies"]
     reader_python = READER_VENV / "bin" / "python"
     pages_python = PAGES_READER_VENV / "bin" / "python"
-    # Kept between runs with the session's venv (VENVS): made once, the installs re-applied
-    # (quick when nothing changed). The checks never install into them: each worker layers
-    # a venv of its own over them (site_tests/conftest.py).
+    # Kept between runs with the session's venv (VENVS): made once, each install run again
+    # only when what it installs changed (install_once). The checks never install into them:
+    # each worker layers a venv of its own over them (site_tests/conftest.py).
     for venv in (READER_VENV, PAGES_READER_VENV):
-        session.run_install("python", "-m", "venv", str(venv))
+        if not (venv / "bin" / "python").exists():
+            (venv / INSTALL_STAMP).unlink(missing_ok=True)
+            session.run_install("python", "-m", "venv", str(venv))
+    pins = Path(CONSTRAINTS).read_text()
     # ipykernel: the checks run the notebooks in these venvs, as Jupyter would.
-    session.run_install(
+    reader_needs = [*PYPROJECT["project"]["dependencies"], "ipykernel"]
+    install_once(
+        session, READER_VENV / INSTALL_STAMP, {"requirements": reader_needs, "pins": pins},
         str(reader_python), "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS,
-        *PYPROJECT["project"]["dependencies"], "ipykernel", external=True,
+        *reader_needs, external=True,
     )  # fmt: skip
     session.run_install(
         str(pages_python), "-c", _LAYER_VENV, str(reader_python), external=True
     )
-    session.run_install(
+    install_once(
+        session, PAGES_READER_VENV / INSTALL_STAMP,
+        {"over": str(reader_python), "requirements": extras["pages"], "pins": pins},
         str(pages_python), "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS,
         *extras["pages"], external=True,
     )  # fmt: skip
-    session.run_install(
+    install_once(
+        session, WHEELHOUSE / INSTALL_STAMP, {"wheels of": extras["graphs"], "pins": pins},
         str(reader_python), "-m", "pip", "wheel", "--quiet", "--no-deps", "-c", CONSTRAINTS,
         "--wheel-dir", str(WHEELHOUSE), *extras["graphs"], external=True,
     )  # fmt: skip

@@ -24,33 +24,21 @@ PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 CONSTRAINTS = os.environ.get(
     "DOUBLE_BACKWARD_CONSTRAINTS", str(ROOT / "constraints.txt")
 )
-# In a venv (or NPM_PREFIX): what its last successful install depended on (install_once).
-INSTALL_STAMP = "double-backward-installed.json"
 DOCS_OUT = ROOT / "docs" / "_build" / "html"
 # Beside the HTML, not inside it: the HTML tree holds only what is served.
 DOCTREES = ROOT / "docs" / "_build" / "doctrees"
 sys.path.insert(0, str(ROOT / "tools"))
+import install_stamps  # noqa: E402
+from install_stamps import STAMP as INSTALL_STAMP  # noqa: E402
 from sphinx_build import arguments, reproducible_env  # noqa: E402  (the one sphinx-build command)
 
 
 def install_once(session: nox.Session, stamp: Path, depends_on: dict, *command: str,
                  **run: object) -> None:  # fmt: skip
-    """Run an install ``command`` (``session.run_install``'s arguments) unless ``stamp``
-    records that it succeeded with the same ``depends_on`` (its inputs, as JSON).
-
-    pip re-applying an install that has nothing to change still resolves every requirement
-    (8 s for the tests venv, 2026-12-07), and CI re-applied six. The stamp is removed before
-    the install and written after it succeeded, so an interrupted install runs again; none
-    is written where nox skipped the command (``-R``: the venv reused, nothing installed).
-    """
+    """install_stamps.install_once (``command`` run unless ``stamp`` records that it succeeded
+    with the same ``depends_on``), after the venv sets no longer kept are removed."""
     prune_old_venv_sets()
-    wanted = json.dumps(depends_on, indent=1, sort_keys=True)
-    if stamp.exists() and stamp.read_text() == wanted:
-        session.log(f"{stamp.parent.name}: installed, nothing changed since ({stamp.name})")
-        return
-    stamp.unlink(missing_ok=True)
-    if session.run_install(*command, **run) is not None:
-        stamp.write_text(wanted)
+    install_stamps.install_once(session, stamp, depends_on, *command, **run)
 
 
 def what_pip_reads(requirements: list[str], constraints: str | Path) -> dict:
@@ -186,15 +174,7 @@ def prune_old_venv_sets() -> None:
 
     Called where a session installs (install_once), not when the noxfile is imported: `nox -l`
     and .ci/run's look-up of VENVS remove nothing."""
-    VENVS.mkdir(parents=True, exist_ok=True)
-    (VENVS / ".last-used").touch()
-    sets = sorted(
-        (path for path in VENVS.parent.iterdir() if (path / ".last-used").exists()),
-        key=lambda path: (path / ".last-used").stat().st_mtime, reverse=True,
-    )  # fmt: skip
-    for old in sets[KEEP_VENV_SETS:]:
-        if old != VENVS:
-            shutil.rmtree(old, ignore_errors=True)
+    install_stamps.prune_sets(VENVS, KEEP_VENV_SETS)
 
 
 def own_venv(session: nox.Session, venv: Path, constraints: str | Path, group: str) -> str:
@@ -208,11 +188,8 @@ def own_venv(session: nox.Session, venv: Path, constraints: str | Path, group: s
     at once after one of them installed it (.ci/run's benchmarks: pip re-applying an editable
     install rewrites it, and took 6 s a session).
     """
-    python = venv / "bin" / "python"
     requirements = ["-e", f"{ROOT}[pages]", *nox.project.dependency_groups(PYPROJECT, group)]
-    if not python.exists():
-        (venv / INSTALL_STAMP).unlink(missing_ok=True)
-        session.run_install(sys.executable, "-m", "venv", str(venv), external=True)
+    python = install_stamps.make_venv(session, venv)
     install_once(
         session, venv / INSTALL_STAMP, what_pip_reads(requirements, constraints),
         str(python), "-m", "pip", "install", "--quiet", "-c", str(constraints), *requirements,
@@ -432,15 +409,11 @@ def site(session: nox.Session) -> None:
     install(session, "site")
     npm_ci(session)
     extras = PYPROJECT["project"]["optional-dependencies"]
-    reader_python = READER_VENV / "bin" / "python"
-    pages_python = PAGES_READER_VENV / "bin" / "python"
     # Kept between runs with the session's venv (VENVS): made once, each install run again
     # only when what it installs changed (install_once). The checks never install into them:
     # each worker layers a venv of its own over them (site_tests/conftest.py).
-    for venv in (READER_VENV, PAGES_READER_VENV):
-        if not (venv / "bin" / "python").exists():
-            (venv / INSTALL_STAMP).unlink(missing_ok=True)
-            session.run_install("python", "-m", "venv", str(venv))
+    reader_python = install_stamps.make_venv(session, READER_VENV)
+    pages_python = install_stamps.make_venv(session, PAGES_READER_VENV)
     pins = Path(CONSTRAINTS).read_text()
     # ipykernel: the checks run the notebooks in these venvs, as Jupyter would.
     reader_needs = [*PYPROJECT["project"]["dependencies"], "ipykernel"]

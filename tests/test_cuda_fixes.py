@@ -38,6 +38,43 @@ def test_each_fused_attention_kernel_gets_the_math_backend_and_ops_fix(kernel):
     assert "double_backward.ops.replaced()" in fix
 
 
+# The fused kernels' derivatives on the installed torch, without a GPU: meta tensors have
+# shapes and no data, and a kernel's derivative formula is the same on every device.
+FUSED_ON_META = {
+    "flash": lambda q, k, v: torch.ops.aten._scaled_dot_product_flash_attention(q, k, v)[0],
+    "efficient": lambda q, k, v: torch.ops.aten._scaled_dot_product_efficient_attention(
+        q, k, v, None, True)[0],  # fmt: skip
+    "cudnn": lambda q, k, v: torch.ops.aten._scaled_dot_product_cudnn_attention(
+        q, k, v, None, True)[0],  # fmt: skip
+}
+
+
+def _on_meta():
+    return [torch.empty(1, 2, 8, 16, device="meta", requires_grad=True) for _ in range(3)]
+
+
+@pytest.mark.parametrize("kernel", sorted(FUSED_ON_META))
+def test_on_the_meta_device_each_fused_kernel_raises_the_gpus_message(kernel):
+    q, k, v = _on_meta()
+    (grad_q,) = torch.autograd.grad(FUSED_ON_META[kernel](q, k, v).sum(), q, create_graph=True)
+    assert type(grad_q.grad_fn).__name__ == "NotImplemented"  # the first backward's node
+    with pytest.raises(RuntimeError) as raised:
+        torch.autograd.grad(grad_q.sum(), q)
+    assert str(raised.value) == MESSAGES[kernel]  # word for word as the H200 printed it
+    assert "SDPBackend.MATH" in fix_for(operator_named(str(raised.value)))
+
+
+def test_on_the_meta_device_the_math_backend_has_a_double_backward():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = _on_meta()
+    with sdpa_kernel(SDPBackend.MATH):
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    (grad_q,) = torch.autograd.grad(out.sum(), q, create_graph=True)
+    (second,) = torch.autograd.grad(grad_q.sum(), q)
+    assert second.shape == q.shape and second.device.type == "meta"
+
+
 def test_cudnn_rnns_get_cudnn_off_in_train_and_eval_mode():
     for fix in (
         fix_for(operator_named(MESSAGES["rnn"])),

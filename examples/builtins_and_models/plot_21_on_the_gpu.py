@@ -4,14 +4,16 @@ On the GPU
 
 Gradient penalties, MAML and physics-informed networks train on GPUs, and on CUDA some
 built-ins run kernels that the CPU never runs: fused attention (flash, memory-efficient, cuDNN)
-and cuDNN's RNNs. None of them has a double backward. This page shows which kernels change on
-CUDA, the fix for each, what the replacement attention costs on a GPU, and the one line that
-swaps the replacements into a model you did not write: ``with double_backward.ops.replaced():``.
+and cuDNN's RNNs. None of the three attention kernels has a double backward, and cuDNN's RNNs
+raised in a gradient penalty in a reported run on an NVIDIA H200 (torch 2.11). This page shows
+which kernels change on CUDA, the fix for each, what the replacement attention costs on a GPU,
+and the one line that swaps the replacements into a model you did not write:
+``with double_backward.ops.replaced():``.
 
-This site is built on a CPU, so the CUDA results below were measured once on a GPU, and are
-labelled with the GPU, the torch build and the date they come from; nothing here re-runs them.
-The context manager runs live, on the CPU, on a transformer and an LSTM; the same code runs on
-CUDA unchanged.
+This site is built on a CPU. The attention kernels' missing derivatives are shown here on the
+meta device, which needs no GPU. What a GPU measured comes with the package, labelled with the
+GPU, the torch build and the date; nothing here re-runs it. The context manager runs live, on
+the CPU, on a transformer and an LSTM; the same code runs on CUDA unchanged.
 """
 
 # %%
@@ -55,8 +57,61 @@ for data in probed[-1:]:
             print(f"  {cell.split(' | ')[2]}: {kernel}")
 
 # %%
+# Without a GPU: the fused kernels on the meta device
+# ----------------------------------------------------
+# Whether a kernel has a double backward depends on its derivative formula, which is the same
+# on every device. Tensors on the ``meta`` device have shapes and no data, so the CPU can run
+# the autograd of the CUDA kernels: here a penalty through each fused kernel, called by its
+# ATen name, on the torch this page was built with. The MATH backend is the control.
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+aten = torch.ops.aten
+
+
+def penalty_on_meta(attention):
+    """What a penalty's second backward through ``attention`` does, on meta tensors."""
+    q, k, v = [torch.empty(1, 2, 8, 16, device="meta", requires_grad=True)
+               for _ in range(3)]
+    (grad_q,) = torch.autograd.grad(attention(q, k, v).sum(), q, create_graph=True)
+    try:
+        torch.autograd.grad(grad_q.sum(), q)
+    except RuntimeError as error:
+        return f"{type(error).__name__}: {error}"
+    return "the penalty runs"
+
+
+# The fused kernels by their ATen names; each returns its output first.
+def flash(q, k, v):
+    return aten._scaled_dot_product_flash_attention(q, k, v)[0]
+
+
+def memory_efficient(q, k, v):
+    return aten._scaled_dot_product_efficient_attention(
+        q, k, v, attn_bias=None, compute_log_sumexp=True)[0]
+
+
+def cudnn(q, k, v):
+    return aten._scaled_dot_product_cudnn_attention(
+        q, k, v, attn_bias=None, compute_log_sumexp=True)[0]
+
+
+print(f"torch {torch.__version__}, meta device")
+for kernel in (flash, memory_efficient, cudnn):
+    outcome = penalty_on_meta(kernel)
+    print(f"{kernel.__name__}:\n{textwrap.indent(textwrap.fill(outcome, 76), '  ')}")
+    if "is not implemented" not in outcome:  # a release that adds the derivative
+        raise RuntimeError(f"{kernel.__name__}'s penalty no longer raises: {outcome}")
+with sdpa_kernel(SDPBackend.MATH):
+    print(f"math:\n  {penalty_on_meta(F.scaled_dot_product_attention)}")
+
+# %%
 # Why a run records its kernels
 # ------------------------------
+# On CUDA, ``F.scaled_dot_product_attention`` runs one of the three fused kernels whenever its
+# inputs allow, so whichever one a GPU picks, the penalty raises; MATH runs when asked for, or
+# when none of the three takes the inputs.
 # The dtype alone does not fix which kernel the default picks. torch chooses among the fused
 # kernels by the GPU's generation and the cuDNN version, so a run records its choice (the
 # autograd node of the output) beside those versions. The runs come from the torch release
@@ -77,7 +132,6 @@ for data in probed[-1:]:
 # A transformer encoder (eval mode, no dropout) and an LSTM, on the GPU when there is one. On
 # the CPU the transformer's attention runs torch's CPU flash kernel, which has no double
 # backward either, so the penalty fails here too; the LSTM works on the CPU.
-import torch
 from torch import nn
 
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -113,8 +167,6 @@ except RuntimeError as error:
 # attention function up in ``torch.nn.functional`` at each call, and so does Hugging Face
 # transformers' ``"sdpa"`` attention, so they pick the replacement up. The penalty now runs,
 # and its value is the MATH backend's.
-from torch.nn.attention import SDPBackend, sdpa_kernel
-
 from double_backward import ops
 
 encoder.zero_grad()
@@ -137,8 +189,6 @@ print(f"TransformerEncoder under ops.replaced(): penalty ran; "
 # The LSTM's penalty runs on both devices with the block: on CUDA because its forward runs
 # with cuDNN off, on the CPU because the CPU kernels have a double backward anyway. The block
 # restores what it replaced when it ends, also when it raises, and blocks nest.
-import torch.nn.functional as F
-
 torch.manual_seed(0)
 lstm = nn.LSTM(8, 16, batch_first=True).double().to(device)
 

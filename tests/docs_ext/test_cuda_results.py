@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from pathlib import Path
 
 import cuda_results
 import pytest
@@ -230,3 +231,47 @@ def test_a_cuda_cell_names_the_conditions_it_passed_and_raised_in():
     assert cuda_results.summary(passed) == "passed: need_weights=True (the default) (float32)"
     raised = [("eval mode", "float32", "RuntimeError: x")]
     assert cuda_results.summary(raised) == "raised in 1 of 1 trials: eval mode (float32)"
+
+
+# The first cell of the page "On the GPU": what it prints of the newest run of the probes.
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+GPU_PAGE = EXAMPLES / "builtins_and_models" / "plot_21_on_the_gpu.py"
+
+
+def _gpu_page_prints(runs: list[dict], monkeypatch, capsys) -> str:
+    import double_backward.costs
+
+    first_cell = GPU_PAGE.read_text().split("\n# %%\n")[1]
+    monkeypatch.setattr(double_backward.costs, "load_cuda_measurements", lambda: runs)
+    exec(compile(first_cell, str(GPU_PAGE), "exec"), {})  # noqa: S102 - the page's own code
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("run", ["the prepared run on the cpu", "a gpu's run, made up"])
+def test_the_gpu_page_shows_a_committed_run_cell_by_cell(run, cpu_run, monkeypatch, capsys):
+    # A file the prepared run writes replaces the H200 file's empty results: the page must
+    # then show each probe as the run recorded it, or its build fails when a GPU run lands.
+    data = cpu_run if run.startswith("the prepared") else made_up_run()
+    (committed,) = cuda_results.load()
+    printed = _gpu_page_prints([committed, data], monkeypatch, capsys)
+    env = data["environment"]
+    assert f"measured on {data['device']} (compute capability {env['compute_capability']})" in (
+        printed
+    )
+    assert "No GPU run of the probes" not in printed
+    for cell, error in data["results"].items():
+        op, condition, dtype = cuda_results.split_cell(cell)
+        assert f"\n{op}\n" in printed, op
+        assert f"{condition} ({dtype})" in printed, cell
+        if error and data["stages"][cell] == "forward":
+            assert f"refused at the forward (not a double-backward result): {error}" in printed
+        elif error:
+            assert f"  {error}\n" in printed, cell
+    for dtype, kernel in cuda_results.default_kernels(data).items():
+        assert f"  {dtype}: {kernel}\n" in printed
+
+
+def test_without_a_run_of_the_probes_the_gpu_page_says_so(monkeypatch, capsys):
+    printed = _gpu_page_prints(cuda_results.load(), monkeypatch, capsys)
+    assert printed.startswith("No GPU run of the probes is recorded yet.\n")
+    assert "measured on" not in printed

@@ -215,6 +215,11 @@ def run_rank(workdir: str, rank: int, world_size: int) -> None:
             timeout=_COLLECTIVE_TIMEOUT,
         )
         try:
+            # Every rank's connections are made before any runs the task: a rank whose task
+            # failed at once used to exit while a peer was still connecting, whose
+            # init_process_group then raised "Gloo connectFullMesh failed ... Connection closed
+            # by peer" in place of the task's error (seen once in CI, 2026-12-07).
+            dist.barrier()
             outcome: tuple[bool, Any] = (True, task(rank, world_size))
         finally:
             dist.destroy_process_group()

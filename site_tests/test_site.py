@@ -110,8 +110,10 @@ def test_the_error_index_shows_messages_to_search_for():
     messages = _indexed_messages()
     assert len(messages) >= 20
     assert any("donated buffers" in message for message in messages)
-    # CUDA messages come only from a committed GPU run (none yet for the probes): where one
-    # recorded cuDNN's RNN message, the index shows it whole.
+    # The fused CUDA attention kernels' messages are raised at build time, on the meta device;
+    # cuDNN's RNN message comes only from a committed GPU run (none yet for the probes): where
+    # one recorded it, the index shows it whole.
+    assert any("_scaled_dot_product_efficient_attention_backward" in m for m in messages)
     cuda_runs = sorted((ROOT / "src/double_backward/measurements/cuda").glob("torch-*.json"))
     if any("_cudnn_rnn_backward" in path.read_text() for path in cuda_runs):
         assert any(

@@ -285,6 +285,44 @@ def _builtin_sdpa() -> None:
     _builtin_penalty(torch.nn.functional.scaled_dot_product_attention, q, k, v)
 
 
+# The fused CUDA attention kernels, run on the meta device: shapes and no data, and the same
+# derivative formulas as on a GPU, so a build with no GPU raises their messages word for word.
+# Keyword arguments: the efficient and cuDNN kernels keep their logsumexp only on request,
+# and their backward needs it.
+FUSED_CUDA_KERNELS = {
+    "flash": ("_scaled_dot_product_flash_attention", {}),
+    "memory-efficient": ("_scaled_dot_product_efficient_attention",
+                         {"attn_bias": None, "compute_log_sumexp": True}),
+    "cuDNN": ("_scaled_dot_product_cudnn_attention",
+              {"attn_bias": None, "compute_log_sumexp": True}),
+}  # fmt: skip
+
+
+# check_model's fix for these kernels says the same (checker/shared/cuda_fixes.py; tested).
+CUDA_ATTENTION_FIX = (
+    "Run attention under `sdpa_kernel(SDPBackend.MATH)` (it keeps the L × S attention "
+    "matrix), call `double_backward.ops.scaled_dot_product_attention`, or run the model's "
+    "forward inside `with double_backward.ops.replaced():`."
+)
+CUDA_PAGE = "auto_examples/builtins_and_models/plot_21_on_the_gpu"
+
+
+def fused_cuda_attention(kernel: str) -> Callable[[], None]:
+    """A gradient penalty through one fused CUDA attention kernel, on the meta device."""
+
+    def scenario() -> None:
+        import torch
+
+        name, options = FUSED_CUDA_KERNELS[kernel]
+        q, k, v = (torch.empty(1, 2, 8, 16, device="meta", requires_grad=True)
+                   for _ in range(3))  # fmt: skip
+        output = getattr(torch.ops.aten, name)(q, k, v, **options)[0]
+        _builtin_penalty(lambda *_: output, q, k, v)
+
+    scenario.__name__ = f"_fused_cuda_attention_{kernel.replace('-', '_').lower()}"
+    return scenario
+
+
 def sdpa_condition() -> str:
     """Which SDPA calls raise at the second backward on the CPU, run now on the installed
     torch: the fused CPU kernel takes 4-D inputs without dropout, ``dropout_p > 0`` takes the
@@ -556,6 +594,17 @@ SCENARIOS += [
      "Run attention under `sdpa_kernel(SDPBackend.MATH)`, or call "
      "`double_backward.ops.scaled_dot_product_attention`.",
      _BUILTINS_PAGE),
+    *[
+        (f"Attention's {kernel} CUDA kernel has no double backward",
+         fused_cuda_attention(kernel),
+         f"On a GPU, `F.scaled_dot_product_attention` (and `nn.MultiheadAttention`, "
+         f"`nn.TransformerEncoderLayer`, Hugging Face transformers' `\"sdpa\"` attention) "
+         f"ran the {kernel} kernel, whose backward has no derivative (which of the three "
+         "a GPU runs depends on the GPU and its cuDNN version). Raised here on the meta "
+         "device, which runs the same derivative formulas without a GPU.",
+         CUDA_ATTENTION_FIX, CUDA_PAGE)
+        for kernel in FUSED_CUDA_KERNELS
+    ],
     ("cdist below 26 rows, or p other than 2", _builtin_cdist,
      "`torch.cdist` with p = 2 when neither input has more than 25 rows (or any other p) "
      "uses a kernel whose backward, `_cdist_backward`, has no derivative.",
@@ -809,11 +858,11 @@ def table(
             f"{note}- **Explained in:** {{doc}}`/{page}`\n"
         )
     if cuda:
-        sections += cuda_sections(cuda)
+        raised_here = {message for measurement in measurements.values()
+                       for message in measurement.results.values() if message}  # fmt: skip
+        sections += cuda_sections(cuda, raised_here)
     return "\n".join(sections)
 
-
-CUDA_PAGE = "auto_examples/builtins_and_models/plot_21_on_the_gpu"
 
 # Whole CUDA messages whose GPU measurement kept only their start (ending in "…"). Their text
 # is in torch's own library (tests/docs_ext/test_error_index.py finds each in it).
@@ -847,15 +896,17 @@ def cuda_title(message: str) -> str:
     return "On CUDA: " + message.split(": ")[-1].rstrip(".…")
 
 
-def cuda_sections(cuda: dict) -> list[str]:
-    """The CUDA column of the index: each message measured on a GPU (never raised at build
-    time: a build has no GPU), labelled with the GPU, torch build and date it came from."""
+def cuda_sections(cuda: dict, raised_here: set[str] = frozenset()) -> list[str]:
+    """The CUDA column of the index: each message measured on a GPU, labelled with the GPU,
+    torch build and date it came from; none that a scenario raised at build time
+    (``raised_here``: the fused attention kernels, on the meta device), which has its entry."""
     from double_backward.checker.model import FIXES
 
     sections = []
     trials = cuda_results.by_op(cuda)
     for message, where in cuda_results.error_entries(cuda):
-        if message.startswith("raises ("):  # a result without a recorded message
+        # A result without a recorded message; a message a scenario's entry already shows.
+        if message.startswith("raises (") or message in raised_here:
             continue
         ops = [op for op in trials if any(e == message for *_, e in trials[op])]
         fix = cuda_results.fix(ops[0], [("", "", message)], FIXES, "none known")

@@ -225,6 +225,16 @@ def test_the_error_index_lists_the_cuda_messages_labelled():
     assert cuda_sections(committed) == []
 
 
+def test_a_cuda_message_the_build_raised_itself_keeps_one_entry():
+    # The fused kernels' messages are raised at build time on the meta device; a GPU run
+    # that records one adds no second section for it.
+    data = made_up_run()
+    cudnn = data["results"][f"{SDPA} | default CUDA kernel | bfloat16"]
+    titles = [s.splitlines()[0] for s in cuda_sections(data, raised_here={cudnn})]
+    assert "## On CUDA: _scaled_dot_product_cudnn_attention has no double backward" not in titles
+    assert "## On CUDA: cudnn RNN backward can only be called in training mode" in titles
+
+
 def test_a_cuda_cell_names_the_conditions_it_passed_and_raised_in():
     # A row whose CPU trials raise (need_weights=False) must not read as fixed on CUDA.
     passed = [("need_weights=True (the default)", "float32", None)]

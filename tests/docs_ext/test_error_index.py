@@ -244,3 +244,19 @@ def test_sdpa_condition_says_what_this_release_does_with_3d_inputs():
         assert "3-D inputs (batch, length, features) raise too" in note
     else:
         assert "with 3-D inputs, or with `dropout_p > 0`, attention takes the math path" in note
+
+
+@pytest.mark.parametrize("kernel", sorted(error_index.FUSED_CUDA_KERNELS))
+def test_each_fused_cuda_kernel_has_an_entry_raised_on_the_meta_device(kernel):
+    (entry,) = [e for e in error_index.SCENARIOS if f"{kernel} CUDA kernel" in e[0]]
+    title, scenario, cause, fix, page = entry
+    operator, _ = error_index.FUSED_CUDA_KERNELS[kernel]
+    # The message a GPU prints (checker/shared/cuda_fixes.py's keys are those operators).
+    expected = f"RuntimeError: derivative for aten::{operator}_backward is not implemented"
+    assert error_index.captured_message(scenario) == expected
+    from double_backward.checker.shared.cuda_fixes import CUDA_FIXES
+
+    for remedy in ("SDPBackend.MATH", "double_backward.ops.scaled_dot_product_attention",
+                   "double_backward.ops.replaced()"):  # fmt: skip
+        assert remedy in fix and remedy in CUDA_FIXES[operator]
+    assert page == error_index.CUDA_PAGE and "meta device" in cause

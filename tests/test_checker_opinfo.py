@@ -62,15 +62,16 @@ def _torch_passes(op, sample) -> bool:
             return False
 
 
-def _alarms(name: str, every: int = 1, variant: str = "") -> list[str]:
+def _alarms(name: str, variant: str = "", which=lambda number: True) -> list[str]:
+    """check()'s verdicts that fail where torch's pass, on the samples ``which`` selects."""
     op, samples = _samples(name, variant)
     alarms = []
-    for number, sample in enumerate(samples[::every]):
-        if not _torch_passes(op, sample):
+    for number, sample in enumerate(samples):
+        if not which(number) or not _torch_passes(op, sample):
             continue
         report = check(op.op, sample.input, *sample.args, kwargs=dict(sample.kwargs))
         if not report.ok:
-            alarms.append(f"sample {number * every}: {report.verdict}")
+            alarms.append(f"sample {number}: {report.verdict}")
     return alarms
 
 
@@ -81,13 +82,15 @@ def test_no_false_alarm_where_gradcheck_and_gradgradcheck_pass(name):
 
 @pytest.mark.parametrize("name", MANY_SAMPLES)
 def test_no_false_alarm_on_every_eighth_sample(name):
-    assert _alarms(name, EVERY) == []
+    assert _alarms(name, which=lambda number: number % EVERY == 0) == []
 
 
+# With the test above, every sample once: CI runs both, and checked each eighth sample twice
+# when this one took them all (4.3 s of 42 s for masked.norm, with coverage, 2026-12-08).
 @pytest.mark.large
 @pytest.mark.parametrize("name", MANY_SAMPLES)
-def test_no_false_alarm_on_any_sample(name):
-    assert _alarms(name) == []
+def test_no_false_alarm_on_the_other_samples(name):
+    assert _alarms(name, which=lambda number: number % EVERY != 0) == []
 
 
 # Issue 37: round(decimals=3) on a 0-dim sample (central differences at the larger steps
@@ -96,7 +99,7 @@ def test_no_false_alarm_on_any_sample(name):
 # divided in place; gradgradcheck clones what it differentiates).
 @pytest.mark.parametrize(("name", "variant"), [("round", "decimals_3"), ("sgn", "")])
 def test_no_false_alarm_on_a_staircase_or_a_zero_tensor(name, variant):
-    assert _alarms(name, variant=variant) == []
+    assert _alarms(name, variant) == []
 
 
 def test_a_staircase_crossed_is_said_and_not_a_failure():

@@ -32,6 +32,7 @@ from .checks import CHROMIUM, CHROMIUM_ARGS, ROOT
 sys.path.insert(0, str(ROOT / "tools"))
 # The Sphinx helpers in docs/_ext/ are plain modules that conf.py puts on sys.path; so do we.
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+from layered_venv import layered_venv  # noqa: E402
 from scratch_docs import build_html, copy_sources  # noqa: E402
 from sphinx_build import reproducible_env  # noqa: E402
 
@@ -99,30 +100,6 @@ def broken_site(site: Path, tmp_path: Path) -> Path:
 @pytest.fixture
 def broken_base_url(broken_site: Path) -> Iterator[str]:
     yield from serve(broken_site)
-
-
-def layered_venv(base_python: str | Path, target: Path) -> Path:
-    """A new venv at ``target`` that sees what ``base_python``'s environment has installed.
-
-    It has no packages of its own: its site-packages adds the base's site folders (their .pth
-    files too), so torch and the extras are not installed again, and pip installs into it
-    alone. Each pytest-xdist worker installs and uninstalls the package in a venv of its own;
-    the base, shared by every worker, is never changed. Returns the new venv's python.
-    """
-    base_sites = subprocess.run(
-        [base_python, "-c", "import site, sys; "
-         "print('\\n'.join(p for p in sys.path if p.endswith('-packages')))"],
-        capture_output=True, text=True, check=True,
-    ).stdout.split()  # fmt: skip
-    subprocess.run([base_python, "-m", "venv", "--without-pip", str(target)], check=True)
-    python = target / "bin" / "python"
-    purelib = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    adds = "; ".join(f"site.addsitedir({site!r})" for site in base_sites)
-    Path(purelib, "layered-on-base.pth").write_text(f"import site; {adds}\n")
-    return python
 
 
 def _xdist_worker() -> str | None:

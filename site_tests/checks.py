@@ -18,7 +18,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from playwright.sync_api import Browser, Page, Route
+from playwright.sync_api import Browser, BrowserContext, Page, Route
 
 ROOT = Path(__file__).resolve().parents[1]
 AXE_JS = ROOT / "node_modules" / "axe-core" / "axe.min.js"
@@ -161,8 +161,9 @@ def page_problems(browser: Browser, urls: list[str]) -> list[str]:
     return problems
 
 
-def search_results(browser: Browser, base_url: str, query: str) -> list[str]:
-    """The page titles the site's search lists for ``query``."""
+def search_results(browser: Browser | BrowserContext, base_url: str, query: str) -> list[str]:
+    """The page titles the site's search lists for ``query``, on a new page of ``browser``
+    (in a context of its own) or of a context the site's other pages share."""
     page = browser.new_page()
     page.goto(f"{base_url}/search.html?q={query}", wait_until="load")
     # searchtools.js writes a summary paragraph when the search has finished.

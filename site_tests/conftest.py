@@ -25,7 +25,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, sync_playwright
 
 from .checks import CHROMIUM, CHROMIUM_ARGS, ROOT
 
@@ -89,6 +89,15 @@ def browser() -> Iterator[Browser]:
         )
         yield browser
         browser.close()
+
+
+@pytest.fixture(scope="session")
+def browser_context(browser: Browser) -> Iterator[BrowserContext]:
+    """One browser context for the checks that open page after page of the served site, as a
+    reader's browser keeps one: the site's shared files come from its cache after the first."""
+    context = browser.new_context()
+    yield context
+    context.close()
 
 
 @pytest.fixture

@@ -88,9 +88,9 @@ def test_every_page_loads_in_chromium_without_errors_outside_requests_or_serious
     ],
 )
 def test_search_finds_the_pages_that_teach_a_name(
-    base_url, browser, query, expected_title
+    base_url, browser_context, query, expected_title
 ):
-    assert expected_title in search_results(browser, base_url, query)
+    assert expected_title in search_results(browser_context, base_url, query)
 
 
 def _indexed_messages() -> list[str]:
@@ -127,14 +127,16 @@ def test_the_error_index_shows_messages_to_search_for():
     "message", _indexed_messages(), ids=lambda message: message.splitlines()[0][:60]
 )
 def test_pasting_a_whole_message_into_search_finds_the_error_index(
-    base_url, browser, message
+    base_url, browser_context, message
 ):
     # What a reader does: the whole message, every line, pasted into the search box.
-    assert "Error-message index" in search_results(browser, base_url, quote(message))
+    assert "Error-message index" in search_results(
+        browser_context, base_url, quote(message)
+    )
 
 
-def test_search_finds_nothing_for_a_nonsense_word(base_url, browser):
-    assert search_results(browser, base_url, "zqxjvkwplorbt") == []
+def test_search_finds_nothing_for_a_nonsense_word(base_url, browser_context):
+    assert search_results(browser_context, base_url, "zqxjvkwplorbt") == []
 
 
 def test_light_and_dark_mode_render_the_graphs(base_url, browser):

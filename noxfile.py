@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -31,7 +30,7 @@ DOCTREES = ROOT / "docs" / "_build" / "doctrees"
 sys.path.insert(0, str(ROOT / "tools"))
 import install_stamps  # noqa: E402
 from install_stamps import STAMP as INSTALL_STAMP  # noqa: E402
-from layered_venv import layered_venv  # noqa: E402
+from layered_venv import installed, layered_venv  # noqa: E402
 from sphinx_build import arguments, reproducible_env  # noqa: E402  (the one sphinx-build command)
 
 
@@ -455,16 +454,6 @@ def site(session: nox.Session) -> None:
 BUILD_BASE_VENV = VENVS / "build-base"
 
 
-def _distributions(python: str) -> list[str]:
-    """The names of the distributions ``python`` sees installed, normalised as pip does."""
-    listing = subprocess.run(
-        [python, "-c", "import importlib.metadata as m, re; print('\\n'.join(sorted({"
-         "re.sub(r'[-_.]+', '-', d.metadata['Name']).lower() for d in m.distributions()})))"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    return listing.split()
-
-
 @nox.session
 def build(session: nox.Session) -> None:
     """Build the sdist and wheel, check them, install the wheel in a new venv and use it."""
@@ -490,10 +479,10 @@ def build(session: nox.Session) -> None:
     clean = Path(session.create_tmp()) / "clean-venv"
     shutil.rmtree(clean, ignore_errors=True)
     python = str(layered_venv(base_python, clean))
-    before = _distributions(python)
+    before = installed(python)
     session.run(python, "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS, str(wheel),
                 external=True)  # fmt: skip
-    added = sorted(set(_distributions(python)) - set(before))
+    added = sorted(set(installed(python)) - set(before))
     if added != ["double-backward"]:
         session.error(f"installing the wheel over what it requires added {added}, "
                       "expected double-backward alone")  # fmt: skip

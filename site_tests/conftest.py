@@ -32,7 +32,7 @@ from .checks import CHROMIUM, CHROMIUM_ARGS, ROOT
 sys.path.insert(0, str(ROOT / "tools"))
 # The Sphinx helpers in docs/_ext/ are plain modules that conf.py puts on sys.path; so do we.
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
-from layered_venv import layered_venv  # noqa: E402
+from layered_venv import installed, layered_venv  # noqa: E402, F401  (installed: test_downloads.py)
 from scratch_docs import build_html, copy_sources  # noqa: E402
 from sphinx_build import reproducible_env  # noqa: E402
 

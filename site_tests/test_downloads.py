@@ -11,7 +11,6 @@ filled at install time.
 from __future__ import annotations
 
 import functools
-import json
 import re
 import subprocess
 from http.server import ThreadingHTTPServer
@@ -25,7 +24,7 @@ from nbclient.exceptions import CellExecutionError
 from packaging.requirements import Requirement
 
 from .checks import ROOT
-from .conftest import QuietHandler, layered_venv, serve
+from .conftest import QuietHandler, installed, layered_venv, serve
 
 # The line plot_01 prints about the gradient's graph: the name of grad_x.grad_fn's type.
 GRAD_FN_LINE = re.compile(r"^grad_x\.grad_fn:\s+(\S+)$", flags=re.M)
@@ -206,16 +205,6 @@ def test_with_the_site_down_the_first_cell_stops_naming_the_address(
 # -- the install takes what is needed ---------------------------------------------------------
 
 
-def _installed(python: Path) -> dict[str, str]:
-    listed = subprocess.run(
-        [python, "-m", "pip", "list", "--format", "json"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    return {
-        entry["name"].lower(): entry["version"] for entry in json.loads(listed.stdout)
-    }
-
-
 def _pip(python: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [python, "-m", "pip", "install", "--quiet", "--no-index", *args],
@@ -240,13 +229,13 @@ def test_the_package_installs_with_torch_and_numpy_only_and_an_extra_on_request(
         Requirement(r).name.lower() for r in extras["graphs"]
         if Requirement(r).marker is None or Requirement(r).marker.evaluate()
     }  # fmt: skip
-    before = _installed(python)
+    before = installed(python)
     assert {"torch", "numpy"} <= set(before) and not graphs & set(before)
     try:
         # No index: anything beyond what the venv has would fail the install.
         plain = _pip(python, f"double-backward @ {url}")
         assert plain.returncode == 0, plain.stderr
-        assert set(_installed(python)) - set(before) == {"double-backward"}
+        assert set(installed(python)) - set(before) == {"double-backward"}
         used = subprocess.run(
             [python, "-c", "import double_backward as db, torch; "
              "x = torch.tensor(1.5, dtype=torch.float64, requires_grad=True); "
@@ -265,7 +254,7 @@ def test_the_package_installs_with_torch_and_numpy_only_and_an_extra_on_request(
             python, "--find-links", str(wheelhouse), f"double-backward[graphs] @ {url}"
         )
         assert extra.returncode == 0, extra.stderr
-        assert set(_installed(python)) - set(before) == {"double-backward", *graphs}
+        assert set(installed(python)) - set(before) == {"double-backward", *graphs}
         drawing = subprocess.run(
             [python, "-c", "import double_backward.graph"],
             capture_output=True,
@@ -273,7 +262,7 @@ def test_the_package_installs_with_torch_and_numpy_only_and_an_extra_on_request(
         )
         assert drawing.returncode == 0, drawing.stderr
     finally:
-        added = set(_installed(python)) - set(before)
+        added = set(installed(python)) - set(before)
         if added:
             subprocess.run(
                 [python, "-m", "pip", "uninstall", "--yes", "--quiet", *sorted(added)],

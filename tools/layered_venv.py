@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -28,3 +29,13 @@ def layered_venv(base_python: str | Path, target: Path) -> Path:
     adds = "; ".join(f"site.addsitedir({site!r})" for site in base_sites)
     Path(purelib, "layered-on-base.pth").write_text(f"import site; {adds}\n")
     return python
+
+
+def installed(python: str | Path) -> dict[str, str]:
+    """What pip lists installed for ``python`` (a layered venv's base included): name
+    (lower case) to version."""
+    listed = subprocess.run(
+        [python, "-m", "pip", "list", "--format", "json"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return {entry["name"].lower(): entry["version"] for entry in json.loads(listed)}
